@@ -1,0 +1,66 @@
+"""Checks of engine options (raised before any tracing) and the shared model-argument rule.
+
+Engine options are keyword-only and named explicitly in each engine's signature; every other
+keyword goes to the model. A model argument whose name collides with an engine option (say a model
+with its own ``seed``) is passed through ``model_kwargs={"seed": ...}``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+
+
+def positive_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def seed(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"seed must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"seed must be >= 0, got {value}")
+    return int(value)
+
+
+def unit_interval(value, name: str, *, closed_right: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a number, got {value!r}") from exc
+    if not (0.0 < v < 1.0 or (closed_right and v == 1.0)):
+        bounds = "(0, 1]" if closed_right else "(0, 1)"
+        raise ValueError(f"{name} must lie in {bounds}, got {value!r}")
+    return v
+
+
+def positive_float(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a positive number, got {value!r}") from exc
+    if not (v > 0 and v < float("inf")):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return v
+
+
+def progress(value) -> bool:
+    """``None`` means the default: on, unless the environment sets INFERENCE_PROGRESS=0."""
+    if value is None:
+        return os.environ.get("INFERENCE_PROGRESS", "1") not in ("0", "false", "False", "")
+    return bool(value)
+
+
+def model_kwargs(kwargs: dict, extra) -> dict:
+    if extra is None:
+        return dict(kwargs)
+    if not isinstance(extra, dict):
+        raise TypeError(f"model_kwargs must be a dict, got {type(extra).__name__}")
+    clash = set(kwargs) & set(extra)
+    if clash:
+        raise ValueError(f"model_kwargs repeats keyword(s) {sorted(clash)} also given directly")
+    return {**kwargs, **extra}

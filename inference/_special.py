@@ -1,0 +1,34 @@
+"""Model structures that a generic engine cannot handle and a dedicated one can.
+
+Recognised by the distribution types in the model's trace, never by the model's name:
+spike-and-slab sites (Gibbs / fully factorised EP / Bernoulli-Gaussian VI in `inference.spikeslab`)
+and the Bayes machine's noisy-step likelihood (elliptical slice sampling in `inference.ess`, its own
+EP in `inference.ep.bayes_machine`).
+"""
+
+from __future__ import annotations
+
+
+def has_spike_and_slab(trace) -> bool:
+    try:
+        from inference.spikeslab import matches
+    except ImportError:
+        return False
+    return bool(matches(trace))
+
+
+def has_noisy_step(trace) -> bool:
+    try:
+        from inference.distributions import NoisyStep
+    except ImportError:
+        return False
+    return any(
+        site["type"] == "sample" and isinstance(_base(site["fn"]), NoisyStep) for site in trace.values()
+    )
+
+
+def _base(fn):
+    """Strip Independent / ExpandedDistribution wrappers."""
+    while hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn

@@ -1,0 +1,141 @@
+"""MCMC: NumPyro's NUTS behind the common `Posterior`.
+
+Discrete latents that the model sums out (mixtures, HMMs) are recovered per draw afterwards
+(`inference.latent`); other discrete sites get a Gibbs step beside HMC (NumPyro's
+``DiscreteHMCGibbs``); spike-and-slab models go to their own collapsed Gibbs sampler and
+gradient-free likelihoods (the Bayes machine's step) to elliptical slice sampling.
+
+Example:
+    >>> import numpy as np, inference, probmodels
+    >>> X = np.random.default_rng(0).normal(size=(40, 2)); y = X @ np.array([1.0, -1.0])
+    >>> post = inference.mcmc(probmodels.linear_regression, X, y, noise_scale=1.0,
+    ...                       num_samples=200, num_warmup=200, num_chains=2, progress=False)
+    >>> post.samples["w"].shape
+    (2, 200, 2)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import numpy as np
+from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_median
+
+from inference import _model, _options, _special
+from inference.posterior import Posterior
+
+
+def mcmc(
+    model,
+    *args,
+    num_samples: int = 1000,
+    num_warmup: int = 1000,
+    num_chains: int = 4,
+    seed: int = 0,
+    target_accept: float = 0.8,
+    max_tree_depth: int = 10,
+    chain_method: str | None = None,
+    progress: bool | None = None,
+    model_kwargs: dict | None = None,
+    **kwargs,
+) -> Posterior:
+    """Sample the posterior of ``model(*args, **kwargs)`` with NUTS.
+
+    Engine options are keyword-only; every other keyword goes to the model (``model_kwargs=``
+    passes model arguments whose names collide with an option). ``chain_method`` defaults to
+    ``"parallel"`` when there are at least ``num_chains`` devices and ``"sequential"`` otherwise
+    (one compilation, reused by every chain).
+    """
+    num_samples = _options.positive_int(num_samples, "num_samples")
+    num_warmup = _options.positive_int(num_warmup, "num_warmup", minimum=0)
+    num_chains = _options.positive_int(num_chains, "num_chains")
+    seed = _options.seed(seed)
+    target_accept = _options.unit_interval(target_accept, "target_accept")
+    max_tree_depth = _options.positive_int(max_tree_depth, "max_tree_depth")
+    if chain_method is None:
+        chain_method = "parallel" if jax.local_device_count() >= num_chains > 1 else "sequential"
+    if chain_method not in ("parallel", "sequential", "vectorized"):
+        raise ValueError(f"chain_method must be 'parallel', 'sequential' or 'vectorized', got {chain_method!r}")
+    progress = _options.progress(progress)
+    kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    trace = _model.trace_model(model, args, kwargs, seed)
+    if not _model.latent_sites(trace):
+        raise ValueError("model has no latent sample sites: nothing to infer")
+
+    common = dict(num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed,
+                  progress=progress)
+    if _special.has_spike_and_slab(trace):
+        from inference.spikeslab import mcmc_posterior
+
+        return mcmc_posterior(model, args, kwargs, trace, **common)
+    if _special.has_noisy_step(trace):
+        from inference.ess import mcmc_posterior
+
+        return mcmc_posterior(model, args, kwargs, trace, **common)
+
+    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                init_strategy=init_to_median(num_samples=15))
+    kernel = DiscreteHMCGibbs(nuts) if _model.discrete_latent_sites(trace) else nuts
+    sampler = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                   chain_method=chain_method, progress_bar=progress)
+    extra = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
+    if kernel is not nuts:
+        extra = ("potential_energy",)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There are not enough devices")
+        sampler.run(jax.random.PRNGKey(seed), *args, extra_fields=extra, **kwargs)
+
+    latent = set(_model.latent_sites(trace))
+    draws = sampler.get_samples(group_by_chain=False)
+    flat = {k: v for k, v in draws.items() if k in latent}
+    samples, loglik, observed = _model.finish_samples(
+        model, flat, args, kwargs, jax.random.PRNGKey(seed + 1), num_chains
+    )
+    stats = {k: np.asarray(v) for k, v in sampler.get_extra_fields(group_by_chain=True).items()}
+    sample_stats = {"lp": -stats.pop("potential_energy")}
+    rename = {"diverging": "diverging", "num_steps": "n_steps", "accept_prob": "acceptance_rate",
+              "energy": "energy"}
+    sample_stats.update({rename[k]: v for k, v in stats.items() if k in rename})
+    diagnostics = convergence_diagnostics(
+        {k: v for k, v in samples.items() if k in latent}, sample_stats.get("diverging")
+    )
+    diagnostics["chain_method"] = chain_method
+    diagnostics["sampler"] = "nuts" if kernel is nuts else "discrete-hmc-gibbs"
+    if diagnostics["divergences"]:
+        warnings.warn(
+            f"{diagnostics['divergences']} divergent transitions: raise target_accept (now "
+            f"{target_accept}) or reparameterise the model", stacklevel=2)
+    return Posterior(
+        engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
+        sample_stats=sample_stats, diagnostics=diagnostics, model=model, model_args=args,
+        model_kwargs=kwargs, seed=seed,
+    )
+
+
+def convergence_diagnostics(samples: dict, diverging=None) -> dict:
+    """Max split R-hat and min bulk ESS over the float sites of ``(chain, draw, ...)`` draws.
+
+    ``converged`` follows Vehtari et al. (2021): R-hat < 1.01, at least 100 effective draws per
+    chain, and no divergent transition.
+    """
+    rhats, esss = [], []
+    for value in samples.values():
+        v = np.asarray(value, dtype=float)
+        if not np.issubdtype(np.asarray(value).dtype, np.floating) or v.shape[1] < 4:
+            continue
+        flat = v.reshape(v.shape[:2] + (-1,))
+        keep = flat.std(axis=(0, 1)) > 0  # constant coordinates carry no information
+        if not keep.any():
+            continue
+        flat = flat[..., keep]
+        if v.shape[0] > 1 or v.shape[1] >= 4:
+            rhats.append(np.nanmax(split_gelman_rubin(flat)))
+        esss.append(np.nanmin(effective_sample_size(flat)))
+    num_chains = next(iter(samples.values())).shape[0] if samples else 1
+    divergences = int(np.sum(diverging)) if diverging is not None else 0
+    max_rhat = float(max(rhats)) if rhats else float("nan")
+    min_ess = float(min(esss)) if esss else float("nan")
+    converged = bool(max_rhat < 1.01 and min_ess >= 100 * num_chains and divergences == 0)
+    return {"converged": converged, "max_rhat": max_rhat, "min_ess": min_ess, "divergences": divergences}

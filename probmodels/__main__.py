@@ -1,0 +1,5 @@
+import sys
+
+from probmodels.cli import main
+
+sys.exit(main())

@@ -1,0 +1,11 @@
+"""Test configuration: float64 on (exact checks need it), one XLA thread per op (fair, stable
+CPU timings on 2-core machines), no progress bars."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("INFERENCE_PROGRESS", "0")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)

