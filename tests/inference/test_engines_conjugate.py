@@ -116,3 +116,23 @@ def test_beta_bernoulli_closed_forms():
     se = sd / np.sqrt(mc.diagnostics["min_ess"])
     assert abs(mc.mean("theta") - 2 / 3) < 4 * se
     assert abs(mc.std("theta") / sd - 1) < 0.05
+
+
+@pytest.mark.parametrize("guide", ["normal", "lowrank", "flow"])
+def test_other_guides_on_known_noise(guide, data):
+    """Mean-field gets the means of a Gaussian posterior right but not its SDs (it under-disperses
+    on a correlated design: checked against the exact conditional SDs 1/sqrt(diag(precision)));
+    low-rank and flow guides represent correlation."""
+    X, y = data
+    exact = conjugate.linear_regression_posterior(X, y, noise_scale=0.7)
+    post = inference.vi(probmodels.linear_regression, X, y, noise_scale=0.7, guide=guide, seed=2,
+                        num_samples=4000, progress=False)
+    sd = np.sqrt(np.diag(exact.cov))
+    assert np.all(np.abs(post.mean("w") - exact.mean) < 0.15 * sd)
+    if guide == "normal":
+        cond_sd = 1 / np.sqrt(np.diag(np.linalg.inv(exact.cov)))
+        np.testing.assert_allclose(post.std("w"), cond_sd, rtol=0.1)
+        assert post.std("w")[1] < 0.95 * sd[1]  # the correlated coordinate is under-dispersed
+    else:
+        assert np.all(np.abs(post.std("w") / sd - 1) < 0.15)
+    assert post.diagnostics["guide"] == guide
