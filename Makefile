@@ -11,16 +11,17 @@ export OMP_NUM_THREADS ?= 1
 export MKL_NUM_THREADS ?= 1
 export OPENBLAS_NUM_THREADS ?= 1
 
-# First interpreter >= 3.12 that actually runs: PYTHON=, then python3.13/python3.12 on PATH,
-# then pyenv-installed versions (newest first).
+# First interpreter >= 3.12 that actually runs: PYTHON=, then python3.12/python3.13 on PATH
+# (3.12 first: pystan, a benchmark extra, has no 3.13 build yet),
+# then pyenv-installed versions (3.12 first, then the newest).
 FIND_PYTHON = \
   ok() { "$$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }; \
   if [ -n "$(PYTHON)" ]; then \
     if ok "$(PYTHON)"; then echo "$(PYTHON)"; exit 0; fi; \
     echo "PYTHON=$(PYTHON) does not run or is older than 3.12" >&2; exit 1; fi; \
-  for p in python3.13 python3.12 python3; do if ok $$p; then command -v $$p; exit 0; fi; done; \
+  for p in python3.12 python3.13 python3; do if ok $$p; then command -v $$p; exit 0; fi; done; \
   root=$${PYENV_ROOT:-$$HOME/.pyenv}; \
-  for d in $$(ls -d $$root/versions/3.* 2>/dev/null | sort -rV); do \
+  for d in $$(ls -d $$root/versions/3.12* 2>/dev/null | sort -rV) $$(ls -d $$root/versions/3.* 2>/dev/null | sort -rV); do \
     if ok $$d/bin/python3; then echo $$d/bin/python3; exit 0; fi; done; \
   echo "No Python >= 3.12 found: install one (e.g. pyenv install 3.12) or pass PYTHON=/path/to/python3.12" >&2; \
   exit 1

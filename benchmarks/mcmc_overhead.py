@@ -7,7 +7,9 @@ JIT included, and a second call in the same process), min bulk ESS over paramete
 the ratios ours/raw-NumPyro (overhead) and ours/Stan.
 
 Reproduce:
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py [--out benchmarks/results/mcmc.md]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py [--stan-python PY] [--out FILE]
+
+(``--stan-python``: an interpreter with pystan, e.g. a Python 3.12 venv, when .venv is 3.13.)
 """
 
 from __future__ import annotations
@@ -101,25 +103,48 @@ def run_raw(model, args, kwargs, params):
     return t, min_bulk_ess({k: np.asarray(s[k]) for k in params})
 
 
-def run_stan(name, data, params):
-    import stan
+STAN_CHILD = r"""
+import json, sys, time
+import numpy as np, stan
+code, data_path, out_path, chains, warmup, draws = sys.argv[1:7]
+data = {k: (v.tolist() if v.ndim else v.item()) for k, v in np.load(data_path).items()}
+posterior = stan.build(open(code).read(), data=data, random_seed=1)   # C++ build: cached, not timed
+t0 = time.perf_counter()
+fit = posterior.sample(num_chains=int(chains), num_samples=int(draws), num_warmup=int(warmup))
+seconds = time.perf_counter() - t0
+np.savez(out_path, seconds=seconds, **{p: np.asarray(fit[p]) for p in fit.param_names})
+"""
 
-    posterior = stan.build(STAN[name], data=data, random_seed=1)  # compile (cached), not timed
-    t0 = time.perf_counter()
-    fit = posterior.sample(num_chains=CHAINS, num_samples=DRAWS, num_warmup=WARMUP)
-    t = time.perf_counter() - t0
-    draws = {}
-    for p in params:
-        v = np.asarray(fit[p])  # (param dims..., draws * chains)
-        v = v.reshape(-1, CHAINS, DRAWS) if v.ndim > 1 else v.reshape(1, CHAINS, DRAWS)
-        draws[p] = np.moveaxis(v, 0, -1)
-    return t, min_bulk_ess(draws)
+
+def run_stan(name, data, params, python):
+    """Stan in a child process: pystan's httpstan has no Python 3.13 build, so ``python`` may be
+    another interpreter (any with pystan installed)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        code = os.path.join(tmp, "model.stan")
+        with open(code, "w") as fh:
+            fh.write(STAN[name])
+        np.savez(os.path.join(tmp, "data.npz"), **{k: np.asarray(v) for k, v in data.items()})
+        out = os.path.join(tmp, "out.npz")
+        subprocess.run([python, "-c", STAN_CHILD, code, os.path.join(tmp, "data.npz"), out,
+                        str(CHAINS), str(WARMUP), str(DRAWS)], check=True, capture_output=True)
+        res = np.load(out)
+        draws = {}
+        for p in params:
+            v = np.asarray(res[p])  # (param dims..., draws * chains), chain-major (pystan 3)
+            v = v.reshape(-1, CHAINS, DRAWS)
+            draws[p] = np.moveaxis(v, 0, -1)
+        return float(res["seconds"]), min_bulk_ess(draws)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results/mcmc.md")
     parser.add_argument("--no-stan", action="store_true")
+    parser.add_argument("--stan-python", default=sys.executable,
+                        help="interpreter with pystan installed (pystan has no Python 3.13 build)")
     args = parser.parse_args()
     X, y = logistic_data()
     problems = [
@@ -138,7 +163,7 @@ def main():
             print(name, label, "first", first, "second", second, flush=True)
         if not args.no_stan:
             try:
-                res["stan"] = (run_stan(name, stan_data, params),) * 2
+                res["stan"] = (run_stan(name, stan_data, params, args.stan_python),) * 2
                 print(name, "stan", res["stan"][0], flush=True)
             except Exception as exc:  # pystan missing or failing: say so in the table
                 res["stan"] = None
@@ -168,7 +193,8 @@ def main():
             ratio_np = f"{t2o / t2r:.3f}" if label == "ours" else ""
             ratio_stan = f"{ours_rate / (stan[1][1] / stan[1][0]):.2f}" if (label == "ours" and stan) else ""
             lines.append(f"| {name} | {label} | {t1:.2f} | {t2:.2f} | {e2:.0f} | {e2 / t2:.0f} | {ratio_np} | {ratio_stan} |")
-    lines += ["", "Reproduce: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py`", ""]
+    lines += ["", "Reproduce: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py "
+              "--stan-python PY` (PY: a Python 3.12 with pystan; httpstan has no 3.13 build)", ""]
     text = "\n".join(lines)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as fh:

@@ -21,7 +21,7 @@ import warnings
 import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_median
+from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs
 
 from inference import _model, _options, _special
 from inference.posterior import Posterior
@@ -75,8 +75,8 @@ def mcmc(
 
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
-    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                init_strategy=init_to_median(num_samples=15))
+    # NumPyro's default initialisation: with the same seed our chains are raw NumPyro's chains.
+    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
     kernel = DiscreteHMCGibbs(nuts) if _model.discrete_latent_sites(trace) else nuts
     sampler = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                    chain_method=chain_method, progress_bar=progress)
