@@ -1,0 +1,162 @@
+"""Forward-backward throughput: inference.hmm vs hmmlearn and dynamax, one CPU thread each.
+
+Every library gets the same (T, K) per-step log likelihoods, initial and transition probabilities
+and computes the log likelihood and the smoothed marginals p(z_t | x) (T, K), in float64:
+
+- ours: ``inference.hmm.forward_backward`` (sequential ``lax.scan``) and ``inference.hmm.smoother``
+  (adds filtered marginals and the summed expected transition counts, which dynamax's smoothers
+  also return), each also with ``parallel=True`` (associative scan) where its O(T K^3) work fits
+  a CPU run (T K^3 <= 1e8);
+- hmmlearn 0.3: the C++ kernels its ``score_samples`` runs per sequence, both implementations:
+  ``"log"`` (its default; forward_log + backward_log + log-normalise) and ``"scaling"``
+  (exp of the frame log likelihoods + forward_scaling + backward_scaling + normalise);
+- dynamax: ``hmm_smoother`` (sequential) and ``parallel_hmm_smoother``, jitted; both also return
+  filtered probabilities and transition statistics, so they are compared with our ``smoother``.
+
+JAX functions are compiled first (compile time reported separately), then timed for one run
+(the issue asks for one run); ratios are peer time / our time (> 1: ours faster): hmmlearn
+against ``forward_backward``, dynamax against ``smoother`` (sequential with sequential, parallel
+with parallel). Marginals are
+checked against ours (max abs difference) so a fast wrong answer cannot win.
+
+Reproduce (bench extra installed: ``pip install -e '.[bench]'``):
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hmm_forward_backward.py --out benchmarks/results/hmm_forward_backward.md
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = "1"
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from inference import hmm  # noqa: E402
+
+
+def problem(num_steps: int, k: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    init = rng.dirichlet(np.ones(k))
+    trans = rng.dirichlet(np.ones(k), size=k) + 4.0 * np.eye(k)  # sticky
+    trans /= trans.sum(1, keepdims=True)
+    log_emission = rng.normal(scale=2.0, size=(num_steps, k))
+    return init, trans, log_emission
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    jax.block_until_ready(out)
+    return time.perf_counter() - t0, out
+
+
+def run_ours(init, trans, le, parallel, fn=None):
+    fn = fn or hmm.forward_backward
+    li, lt = np.log(init), np.log(trans)
+    compile_s, _ = timed(lambda: fn(li, lt, le, parallel=parallel))
+    run_s, out = timed(lambda: fn(li, lt, le, parallel=parallel))
+    return run_s, compile_s - run_s, float(out[0]), np.asarray(out[1])
+
+
+def run_hmmlearn(init, trans, le, implementation):
+    from hmmlearn import _hmmc
+    from hmmlearn.utils import log_normalize, normalize
+
+    def log_impl():
+        ll, fwd = _hmmc.forward_log(init, trans, le)
+        bwd = _hmmc.backward_log(init, trans, le)
+        g = fwd + bwd
+        log_normalize(g, axis=1)
+        return ll, np.exp(g)
+
+    def scaling_impl():
+        frame = np.exp(le)
+        ll, fwd, scale = _hmmc.forward_scaling(init, trans, frame)
+        bwd = _hmmc.backward_scaling(init, trans, frame, scale)
+        g = fwd * bwd
+        normalize(g, axis=1)
+        return ll, g
+
+    run_s, (ll, marg) = timed(log_impl if implementation == "log" else scaling_impl)
+    return run_s, 0.0, float(ll), marg
+
+
+def run_dynamax(init, trans, le, parallel):
+    from dynamax.hidden_markov_model import hmm_smoother, parallel_hmm_smoother
+
+    fn = jax.jit(parallel_hmm_smoother if parallel else hmm_smoother)
+    args = (jax.numpy.asarray(init), jax.numpy.asarray(trans), jax.numpy.asarray(le))
+    compile_s, _ = timed(fn, *args)
+    run_s, post = timed(fn, *args)
+    return run_s, compile_s - run_s, float(post.marginal_loglik), np.asarray(post.smoothed_probs)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="1000,100000,1000000")
+    parser.add_argument("--states", default="2,10,50")
+    parser.add_argument("--max-parallel-work", type=float, default=1e8, help="largest T K^3 run with parallel scans")
+    parser.add_argument("--out", default=None, help="write the markdown table here too")
+    args = parser.parse_args()
+    import dynamax
+    import hmmlearn
+
+    header = (f"jax {jax.__version__}, hmmlearn {hmmlearn.__version__}, dynamax {dynamax.__version__}; "
+              f"{platform.processor() or platform.machine()}, 1 thread, float64; seconds for one run "
+              f"(compile excluded, shown in brackets); xR = this column's time / its reference's "
+              f"(hmmlearn vs ours fb, dynamax vs ours smoother, parallel vs sequential): R > 1 = ours faster")
+    columns = [  # (name, runner, reference column for the ratio)
+        ("ours fb", lambda *a: run_ours(*a, False), None),
+        ("ours fb parallel", lambda *a: run_ours(*a, True), "ours fb"),
+        ("ours smoother", lambda *a: run_ours(*a, False, hmm.smoother), None),
+        ("ours smoother parallel", lambda *a: run_ours(*a, True, hmm.smoother), "ours smoother"),
+        ("hmmlearn log", lambda *a: run_hmmlearn(*a, "log"), "ours fb"),
+        ("hmmlearn scaling", lambda *a: run_hmmlearn(*a, "scaling"), "ours fb"),
+        ("dynamax", lambda *a: run_dynamax(*a, False), "ours smoother"),
+        ("dynamax parallel", lambda *a: run_dynamax(*a, True), "ours smoother parallel"),
+    ]
+    rows = ["| T | K | " + " | ".join(c[0] for c in columns) + " | max abs diff of marginals vs ours |",
+            "|---" * (len(columns) + 3) + "|"]
+    print(header, flush=True)
+    for num_steps in [int(float(s)) for s in args.steps.split(",")]:
+        for k in [int(s) for s in args.states.split(",")]:
+            init, trans, le = problem(num_steps, k)
+            small = num_steps * k**3 <= args.max_parallel_work
+            results = {}
+            for name, runner, _ in columns:
+                if "parallel" in name and not small:
+                    continue
+                results[name] = runner(init, trans, le)
+            _, _, ref_ll, ref_m = results["ours fb"]
+            cells, diffs = [], []
+            for name, _, ref in columns:
+                if name not in results:
+                    cells.append(f"skipped (T K^3 = {num_steps * k**3:.0e})")
+                    continue
+                s, c, ll, m = results[name]
+                diffs.append(float(np.max(np.abs(m - ref_m))))
+                if not np.isclose(ll, ref_ll, rtol=1e-8):
+                    print(f"  WARNING {name}: log likelihood {ll} vs ours {ref_ll}")
+                ratio = f", x{s / results[ref][0]:.2f}" if ref in results else ""
+                compile_note = f" [{c:.1f}]" if c > 0.05 else ""
+                cells.append(f"{s:.4f}{compile_note}{ratio}")
+            rows.append(f"| {num_steps:.0e} | {k} | " + " | ".join(cells) + f" | {max(diffs):.1e} |")
+            print(rows[-1], flush=True)
+    table = "\n".join([header, "", *rows])
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""The Bayes machine under ``inference.ep``: recognise the model from its trace, run kernel-form EP
+(`inference.ep.bayes_machine`, or the sparse version with ``active_set_size``), return a `Posterior`.
+
+What is recognised (by distribution types and values in the trace, never by the model's name):
+
+- one observed site whose distribution is `inference.distributions.NoisyStep(f, eps)`;
+- its ``f`` is the value of a latent site that is ``MultivariateNormal(loc, cov)`` (or an
+  independent ``Normal``): the GP prior ``N(m0, K)``;
+- its ``eps`` is either the value of a scalar ``Beta(a0, b0)`` latent site (the noise rate is
+  learnt) or a constant (fixed noise, e.g. 0: the "eps=0 machine").
+
+Any other latent or observed site is an error naming it.
+
+Prediction at new inputs (``post.predict(X_new)``) needs the kernel between training and new
+points, which the model computes but does not expose. The predictor therefore re-runs the model
+on the training inputs stacked over the new ones (every array argument whose leading axis has the
+training length is concatenated with the new one given at the same position or keyword; array
+arguments not given anew, such as the labels, are dropped so they default to ``None``) and reads
+the joint prior covariance of the latent site. The training block must reproduce the training
+covariance, else a ValueError says so. New points go through in chunks of 512 rows.
+
+Example:
+    >>> import numpy as np, inference
+    >>> from probmodels.gp import bayes_machine
+    >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 2)); y = X[:, 0] > 0
+    >>> post = inference.ep(bayes_machine, X, y, num_samples=200)
+    >>> post.predict(X[:4]).posterior_predictive["y"].shape
+    (1, 200, 4)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
+from numpyro.infer.util import log_density
+
+from inference import _model
+from inference._special import _base
+from inference.distributions import NoisyStep
+from inference.ep import bayes_machine as bm
+from inference.posterior import Posterior
+
+CHUNK = 512
+
+
+class BMParts:
+    """The pieces of a Bayes-machine-like model read from one concrete trace."""
+
+    def __init__(self, latent, observed, eps_site, K, prior_mean, t, noise_prior, fixed_eps):
+        self.latent, self.observed, self.eps_site = latent, observed, eps_site
+        self.K, self.prior_mean, self.t = K, prior_mean, t
+        self.noise_prior, self.fixed_eps = noise_prior, fixed_eps
+
+    @property
+    def learn_noise(self) -> bool:
+        return self.eps_site is not None
+
+
+def _gaussian_prior(name, fn):
+    base = _base(fn)
+    if isinstance(base, dist.MultivariateNormal):
+        return np.asarray(base.covariance_matrix), np.broadcast_to(np.asarray(base.loc), base.event_shape)
+    if isinstance(base, dist.Normal):
+        scale = np.broadcast_to(np.asarray(base.scale), fn.shape())
+        return np.diag(scale.ravel() ** 2), np.broadcast_to(np.asarray(base.loc), fn.shape()).ravel()
+    raise ValueError(f"site {name!r}: the NoisyStep latent must have a MultivariateNormal (GP) or Normal "
+                     f"prior, got {type(base).__name__}")
+
+
+def bayes_machine_parts(trace) -> BMParts:
+    """Recognise latent GP + NoisyStep likelihood (+ Beta noise rate) in a concrete trace."""
+    samples = {n: s for n, s in trace.items() if s["type"] == "sample"}
+    noisy = [n for n, s in samples.items() if isinstance(_base(s["fn"]), NoisyStep)]
+    if len(noisy) != 1:
+        raise ValueError(f"expected exactly one NoisyStep likelihood site, found {noisy or 'none'}")
+    obs = noisy[0]
+    if not samples[obs]["is_observed"]:
+        raise ValueError(f"site {obs!r}: the NoisyStep site has no observed labels (pass y=...)")
+    others = [n for n, s in samples.items() if s["is_observed"] and n != obs]
+    if others:
+        raise ValueError(f"site {others[0]!r}: EP for the Bayes machine handles one NoisyStep likelihood; "
+                         f"another observed site is not supported")
+    nstep = _base(samples[obs]["fn"])
+    f_val, eps_val = np.asarray(nstep.f), np.asarray(nstep.eps)
+    if f_val.ndim != 1:
+        raise ValueError(f"site {obs!r}: NoisyStep must have a 1-D batch of labels, got shape {f_val.shape}")
+    latents = [n for n, s in samples.items() if not s["is_observed"]]
+    f_site = next((n for n in latents if np.shape(samples[n]["value"]) == f_val.shape
+                   and np.array_equal(np.asarray(samples[n]["value"]), f_val)), None)
+    if f_site is None:
+        raise ValueError(f"site {obs!r}: NoisyStep's f must be the value of a latent Gaussian site itself "
+                         f"(not a transformation of one)")
+    K, m0 = _gaussian_prior(f_site, samples[f_site]["fn"])
+    eps_site, noise_prior, fixed_eps = None, None, 0.0
+    if not np.all(eps_val == eps_val.ravel()[0]):
+        raise ValueError(f"site {obs!r}: NoisyStep's eps must be one scalar noise rate shared by all labels")
+    e = float(eps_val.ravel()[0])
+    eps_site = next((n for n in latents if n != f_site and np.ndim(samples[n]["value"]) == 0
+                     and float(samples[n]["value"]) == e), None)
+    if eps_site is not None:
+        beta = _base(samples[eps_site]["fn"])
+        if not isinstance(beta, dist.Beta):
+            raise ValueError(f"site {eps_site!r}: the noise rate needs a Beta prior for EP, got {type(beta).__name__}")
+        noise_prior = (float(beta.concentration1), float(beta.concentration0))
+    elif not (0.0 <= e < 0.5):
+        raise ValueError(f"site {obs!r}: a fixed noise rate must lie in [0, 0.5), got {e}")
+    else:
+        fixed_eps = e
+    extra = [n for n in latents if n not in (f_site, eps_site)]
+    if extra:
+        raise ValueError(f"site {extra[0]!r}: EP for the Bayes machine handles only the GP latent "
+                         f"({f_site!r}) and a Beta noise rate; this latent site is not supported")
+    t = np.where(np.asarray(samples[obs]["value"]) > 0.5, 1.0, -1.0)
+    return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
+
+
+def _posterior_factor(parts, res, sparse):
+    """Mean and a square root C (Sigma = C C^T) of q(f) over all n training points, log|det C|."""
+    if sparse is None:
+        C = res.chol_K @ solve_triangular(res.chol_B, jnp.eye(res.chol_B.shape[0], dtype=res.chol_B.dtype),
+                                          lower=True).T
+        logdet = jnp.sum(jnp.log(jnp.diag(res.chol_K))) - jnp.sum(jnp.log(jnp.diag(res.chol_B)))
+        return res.f_mean, C, logdet
+    A = np.asarray(sparse.active)
+    sub = sparse.result
+    W = solve_triangular(sub.chol_K, jnp.asarray(parts.K[A]), lower=True)
+    U = solve_triangular(sub.chol_B, W, lower=True)
+    cov = jnp.asarray(parts.K) - W.T @ W + U.T @ U
+    L, _ = bm.cholesky_jitter(np.asarray(0.5 * (cov + cov.T)), "posterior covariance")
+    return sparse.f_mean, L, jnp.sum(jnp.log(jnp.diag(L)))
+
+
+def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200,
+                 num_samples=1000, seed=0, progress=None, active_set_size=None, num_passes=3,
+                 negative_sites="clip") -> Posterior:
+    """Kernel-form EP for a Bayes-machine model (see module doc); ``active_set_size=d`` runs the
+    sparse Bayes machine. ``damping`` is the fraction of each site update taken (1: undamped).
+    Draws ``num_samples`` from ``q(f) q(eps)`` in one chain. Diagnostics: ``converged``,
+    ``iterations``, ``max_site_change``, ``num_skipped_updates``, ``num_clipped_sites`` (sites
+    whose precision is clipped at 0 at the end), the final ``damping``."""
+    del progress  # EP is fast; nothing to show
+    parts = bayes_machine_parts(trace)
+    opts = dict(schedule=schedule, damping=damping, tol=tol, max_iter=max_iter, negative_sites=negative_sites,
+                learn_noise=parts.learn_noise, fixed_eps=parts.fixed_eps, prior_mean=parts.prior_mean)
+    noise_prior = parts.noise_prior or (1.0, 1.0)
+    sparse = None
+    if active_set_size is None:
+        res = bm.fit(parts.K, parts.t, noise_prior, **opts)
+    else:
+        sparse = _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes)
+        res = sparse.result
+    mean, C, logdet = _posterior_factor(parts, res, sparse)
+    key = jax.random.PRNGKey(seed)
+    k_f, k_e, k_fin = jax.random.split(key, 3)
+    n = mean.shape[0]
+    z = jax.random.normal(k_f, (num_samples, n), dtype=mean.dtype)
+    f = mean + z @ C.T
+    log_q = -0.5 * jnp.sum(z * z, axis=1) - logdet - 0.5 * n * np.log(2 * np.pi)
+    flat = {parts.latent: f}
+    if parts.learn_noise:
+        q_eps = dist.Beta(res.eps_a, res.eps_b)
+        eps = q_eps.sample(k_e, (num_samples,))
+        flat[parts.eps_site] = eps
+        log_q = log_q + q_eps.log_prob(eps)
+    lp = jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(flat)
+    samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, k_fin, 1)
+    diagnostics = {
+        "converged": bool(res.converged), "iterations": int(res.num_iter),
+        "max_site_change": float(res.max_change), "num_skipped_updates": int(res.num_skipped),
+        "num_clipped_sites": int(res.num_clipped), "schedule": schedule, "damping": float(res.damping),
+        "jitter": float(res.jitter), "algorithm": "bayes-machine-ep", "learn_noise": parts.learn_noise,
+        "negative_sites": negative_sites,
+    }
+    if not diagnostics["converged"]:
+        warnings.warn(
+            f"Bayes-machine EP did not converge in {diagnostics['iterations']} sweeps (largest site change "
+            f"{diagnostics['max_site_change']:.3g} > tol={tol:g}, final damping {float(res.damping):g}); try "
+            f"schedule='sequential' or a larger max_iter", RuntimeWarning, stacklevel=3)
+    log_evidence, method = float(res.log_evidence), "ep"
+    if not np.isfinite(log_evidence):
+        warnings.warn("Bayes-machine EP's log evidence is not finite at the final state", RuntimeWarning,
+                      stacklevel=3)
+        log_evidence, method = None, None
+    if sparse is not None:
+        diagnostics.update(active_set_size=int(active_set_size), num_swaps=int(sparse.num_swaps),
+                           active_log_evidence=float(sparse.log_evidence))
+        log_evidence, method = None, None  # the evidence of the active labels only: not p(y)
+    approximation = {"mean": np.asarray(mean), "eps_a": np.asarray(res.eps_a),
+                     "eps_b": np.asarray(res.eps_b), "eps_mean": np.asarray(res.eps_mean),
+                     "site_tau": np.asarray(res.tau), "site_nu": np.asarray(res.nu),
+                     "site_a": np.asarray(res.site_a), "site_b": np.asarray(res.site_b)}
+    if sparse is None:
+        approximation["cov"] = np.asarray(res.f_cov)
+    else:
+        approximation["active"] = np.asarray(sparse.active)
+    predictor = _make_predictor(model, args, kwargs, parts, res, sparse, samples)
+    return Posterior(engine="ep", samples=samples, log_likelihood=loglik, observed_data=observed,
+                     sample_stats={"lp": np.asarray(lp)[None], "log_q": np.asarray(log_q)[None]},
+                     log_evidence=log_evidence, evidence_method=method, diagnostics=diagnostics,
+                     approximation=approximation, predictor=predictor, model=model, model_args=args,
+                     model_kwargs=kwargs, seed=seed)
+
+
+def _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes):
+    from inference.ep.sparse_bm import fit_sparse
+
+    return fit_sparse(parts.K, parts.t, noise_prior, active_set_size=active_set_size,
+                      num_passes=num_passes, **opts)
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def _is_data(v, n=None):
+    return isinstance(v, (np.ndarray, jax.Array)) and np.ndim(v) >= 1 and (n is None or np.shape(v)[0] == n)
+
+
+def stacked_inputs(train_args, train_kwargs, new_args, new_kwargs, n):
+    """Model arguments with every training data array (leading axis n) stacked over the new one
+    given at the same position / keyword; training data arrays not given anew are dropped."""
+    args = []
+    for i, new in enumerate(new_args):
+        old = train_args[i] if i < len(train_args) else None
+        args.append(_stack(old, new, n))
+    kwargs = {k: v for k, v in train_kwargs.items() if not _is_data(np.asarray(v) if isinstance(v, list) else v, n)}
+    for k, new in new_kwargs.items():
+        kwargs[k] = _stack(train_kwargs.get(k), new, n)
+    return tuple(args), kwargs
+
+
+def _stack(old, new, n):
+    if _is_data(old, n):
+        new_arr = np.asarray(new)
+        if new_arr.ndim == np.ndim(old) and new_arr.shape[1:] == np.shape(old)[1:]:
+            return np.concatenate([np.asarray(old), new_arr], axis=0)
+        if new_arr.ndim == 1 and np.ndim(old) == 2 and np.shape(old)[1] == 1:
+            return np.concatenate([np.asarray(old), new_arr[:, None]], axis=0)
+    return new
+
+
+def joint_prior(model, train_args, train_kwargs, new_args, new_kwargs, parts):
+    """``(K_cross (m, n), k_diag (m,), prior mean (m,))`` at the new inputs, read from the model."""
+    n = parts.K.shape[0]
+    args, kwargs = stacked_inputs(train_args, train_kwargs, new_args, new_kwargs, n)
+    trace = _model.trace_model(model, args, kwargs)
+    if parts.latent not in trace:
+        raise ValueError(f"predict: the model run on the new inputs has no site {parts.latent!r}")
+    K_joint, m_joint = _gaussian_prior(parts.latent, trace[parts.latent]["fn"])
+    if K_joint.shape[0] <= n:
+        raise ValueError("predict: could not stack the new inputs onto the training inputs; pass them at "
+                         "the same positions / keywords as the training inputs")
+    block = K_joint[:n, :n]
+    off = ~np.eye(n, dtype=bool)
+    scale = float(np.mean(np.diag(parts.K)))
+    if not np.allclose(block[off], parts.K[off], rtol=1e-6, atol=1e-9 * scale):
+        raise ValueError("predict: the model's prior covariance on the stacked inputs does not reproduce "
+                         "the training covariance; pass new inputs the way the training inputs were passed")
+    return K_joint[n:, :n], np.diag(K_joint)[n:], m_joint[n:]
+
+
+def _chunks(new_args, new_kwargs, m):
+    for start in range(0, m, CHUNK):
+        sl = slice(start, min(start + CHUNK, m))
+        cut = lambda v: np.asarray(v)[sl] if _is_data(np.asarray(v) if isinstance(v, list) else v, m) else v  # noqa: E731
+        yield tuple(cut(v) for v in new_args), {k: cut(v) for k, v in new_kwargs.items()}
+
+
+def _num_new(new_args, new_kwargs):
+    for v in list(new_args) + list(new_kwargs.values()):
+        if _is_data(np.asarray(v) if isinstance(v, list) else v):
+            return int(np.shape(v)[0])
+    raise ValueError("predict needs new inputs (an array with one row per new point)")
+
+
+def _make_predictor(model, args, kwargs, parts, res, sparse, samples):
+    active = None if sparse is None else np.asarray(sparse.active)
+
+    def predictor(rng_key, *new_args, **new_kwargs):
+        m = _num_new(new_args, new_kwargs)
+        means, variances = [], []
+        for c_args, c_kwargs in _chunks(new_args, new_kwargs, m):
+            K_cross, k_diag, m_new = joint_prior(model, args, kwargs, c_args, c_kwargs, parts)
+            if active is not None:
+                K_cross = K_cross[:, active]
+            f_mean, f_var, _ = bm.predict(res, K_cross, k_diag, prior_mean=m_new)
+            means.append(np.asarray(f_mean))
+            variances.append(np.asarray(f_var))
+        f_mean, f_var = np.concatenate(means), np.concatenate(variances)
+        num_draws = samples[parts.latent].shape[1]
+        k_f, k_y = jax.random.split(rng_key)
+        f_new = f_mean + np.sqrt(f_var) * np.asarray(jax.random.normal(k_f, (num_draws, m)))
+        if parts.learn_noise:
+            eps = np.asarray(samples[parts.eps_site]).reshape(num_draws)[:, None]
+        else:
+            eps = np.full((num_draws, 1), parts.fixed_eps)
+        y_new = NoisyStep(jnp.asarray(f_new), jnp.asarray(eps)).sample(k_y)
+        return {parts.observed: np.asarray(y_new)[None], parts.latent: f_new[None]}
+
+    return predictor

@@ -1,0 +1,170 @@
+"""``ep``: expectation propagation on a latent-Gaussian NumPyro program, returning a Posterior.
+
+Example:
+    >>> import jax, jax.numpy as jnp, numpy as np, numpyro, numpyro.distributions as dist
+    >>> from jax.scipy.stats import norm
+    >>> def probit_regression(X, y=None):
+    ...     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    ...     numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(X @ w)), obs=y)
+    >>> X = np.random.default_rng(0).normal(size=(50, 2)); y = (X[:, 0] > 0).astype(float)
+    >>> post = ep(probit_regression, X, y=y, num_samples=200, progress=False)
+    >>> post.engine, post.samples["w"].shape, post.diagnostics["converged"]
+    ('ep', (1, 200, 2), True)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer.util import log_density
+
+from inference import _options, _special
+from inference._model import finish_samples, observed_sites, trace_model
+from inference.ep.evidence import log_evidence
+from inference.ep.gaussian import to_latent
+from inference.ep.predict import make_predictor, robust_cholesky
+from inference.ep.recognise import recognise
+from inference.ep.update import init, run
+from inference.posterior import Posterior
+
+SCHEDULES = ("parallel", "sequential")
+_init = jax.jit(init)
+_to_latent = jax.jit(to_latent)
+
+
+def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: float = 1e-6,
+       max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
+       model_kwargs: dict | None = None, **model_kw) -> Posterior:
+    """Expectation propagation for a NumPyro program with a Gaussian latent vector.
+
+    The model's latent sites must be Gaussian (``Normal`` / ``MultivariateNormal``, jointly
+    forming ``u``), and each observation's likelihood a function of one affine projection
+    ``a_i^T u + b_i`` (``Bernoulli(logits=X @ w)``, ``Normal(X @ w + b, sigma)``,
+    ``Poisson(jnp.exp(X @ w))``, ``Bernoulli(probs=norm.cdf(f))`` for a GP ``f``, ...); the
+    structure is read from the program, see :mod:`inference.ep.recognise`. Probit and Gaussian
+    likelihoods use closed forms, others quadrature. A model with the Bayes machine's
+    ``NoisyStep`` likelihood or spike-and-slab sites is handed to its dedicated EP.
+
+    Args:
+        model, *args, **model_kw: the NumPyro program and its own arguments.
+        schedule: ``"parallel"`` (all sites at once, damped) or ``"sequential"`` (one at a time).
+        damping: fraction of each site update taken, in (0, 1]; 1 is undamped. Lower it if EP
+            oscillates or does not converge.
+        tol: convergence threshold on the largest relative change of a site parameter.
+        max_iter: maximum number of sweeps.
+        num_samples: draws from the EP Gaussian stored as ``samples`` (one chain).
+        seed: seeds the draws (and the model's trace).
+        progress: tqdm bar over sweeps; default on unless ``INFERENCE_PROGRESS=0``.
+        model_kwargs: model arguments whose names collide with the options above.
+
+    Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
+    EP log marginal likelihood (``evidence_method="ep"``), diagnostics ``converged``,
+    ``iterations``, ``max_site_change``, ``num_skipped_updates``, the Gaussian over the
+    concatenated latents in ``approximation`` (``mean``, ``cov``) with the site parameters, and a
+    predictor (GP latents are conditioned at new inputs, see :mod:`inference.ep.predict`).
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    damping = _options.unit_interval(damping, "damping", closed_right=True)
+    tol = _options.positive_float(tol, "tol")
+    max_iter = _options.positive_int(max_iter, "max_iter")
+    num_samples = _options.positive_int(num_samples, "num_samples")
+    seed = _options.seed(seed)
+    progress = _options.progress(progress)
+    kwargs = _options.model_kwargs(model_kw, model_kwargs)
+    trace = trace_model(model, args, kwargs, seed=seed)
+    options = dict(schedule=schedule, damping=damping, tol=tol, max_iter=max_iter,
+                   num_samples=num_samples, seed=seed, progress=progress)
+    hook = _dispatch(trace)
+    if hook is not None:
+        return hook(model, args, kwargs, trace, **options)
+    rec = recognise(model, args, kwargs, trace, seed=seed)
+    state, iterations, skipped, change = _iterate(rec.problem, schedule, damping, tol, max_iter, progress)
+    converged = bool(change <= tol)
+    if not converged:
+        warnings.warn(
+            f"EP did not converge in {iterations} sweeps (largest site change {float(change):.3g} > tol={tol:g}); "
+            f"try a smaller damping (e.g. damping={damping / 2:g}), a larger max_iter, or "
+            f"schedule='sequential'", RuntimeWarning, stacklevel=2)
+    log_z, ok = log_evidence(rec.problem, state)
+    log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
+    if log_z is None:
+        warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
+                      RuntimeWarning, stacklevel=2)
+    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
+    if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
+        raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")
+    key = jax.random.PRNGKey(seed)
+    L, jitter = robust_cholesky(cov_u, "EP posterior covariance")
+    eps = np.asarray(jax.random.normal(key, (num_samples, mean_u.size), dtype=jnp.result_type(float)))
+    u_draws = mean_u + eps @ L.T
+    log_q = (-0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L)))
+             - 0.5 * mean_u.size * np.log(2 * np.pi))
+    flat = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((num_samples,) + b.shape) for b in rec.blocks}
+    lp = np.asarray(jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(
+        {k: jnp.asarray(v) for k, v in flat.items()}))
+    samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1)
+    diagnostics = {
+        "converged": converged,
+        "iterations": int(iterations),
+        "max_site_change": float(change),
+        "num_skipped_updates": int(skipped),
+        "schedule": schedule,
+        "space": rec.problem.space,
+        "site_kinds": dict(rec.site_kinds),
+        "sampling_jitter": jitter,
+    }
+    approximation = {
+        "mean": mean_u, "cov": cov_u,
+        "site_tau": np.asarray(state.tau), "site_nu": np.asarray(state.nu),
+        "site_log_scale": np.asarray(state.log_scale),
+    }
+    predictor = make_predictor(model, args, kwargs, rec, u_draws, list(observed_sites(trace)))
+    return Posterior(
+        engine="ep", samples=samples, log_likelihood=log_lik, observed_data=observed,
+        sample_stats={"lp": lp[None], "log_q": log_q[None]}, log_evidence=log_z,
+        evidence_method="ep" if log_z is not None else None, diagnostics=diagnostics,
+        approximation=approximation, predictor=predictor, model=model, model_args=tuple(args),
+        model_kwargs=dict(kwargs), seed=seed)
+
+
+def _iterate(problem, schedule, damping, tol, max_iter, progress):
+    state = _init(problem)
+    if not progress:
+        return run(problem, state, damping, tol, max_iter, schedule)
+    from tqdm.auto import tqdm
+
+    it, skipped, change, chunk = 0, 0, float("inf"), 1
+    with tqdm(total=max_iter, desc="EP", unit="sweep") as bar:
+        while it < max_iter and change > tol:
+            stop = min(max_iter, it + chunk)
+            state, it_new, skipped, change = run(problem, state, damping, tol, stop, schedule,
+                                                 start=it, skipped=skipped, change=change)
+            bar.update(int(it_new) - it)
+            it, change, chunk = int(it_new), float(change), min(2 * chunk, 25)
+            bar.set_postfix(change=f"{change:.2e}")
+    return state, it, skipped, change
+
+
+def _dispatch(trace):
+    """The dedicated EP for Bayes-machine (``NoisyStep``) or spike-and-slab models, else None."""
+    if _special.has_noisy_step(trace):
+        try:
+            from inference.ep.bayes_machine import ep_posterior
+        except ModuleNotFoundError as exc:
+            if exc.name != "inference.ep.bayes_machine":
+                raise
+            raise NotImplementedError(
+                "the model has a NoisyStep (Bayes machine) likelihood, whose EP (inference.ep.bayes_machine) "
+                "is not available in this installation") from exc
+        return ep_posterior
+    if _special.has_spike_and_slab(trace):
+        try:
+            from inference.spikeslab import ep_posterior
+        except ImportError as exc:
+            raise NotImplementedError("spike-and-slab EP (inference.spikeslab.ep_posterior) is not available") from exc
+        return ep_posterior
+    return None

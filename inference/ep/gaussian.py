@@ -1,0 +1,155 @@
+"""The global Gaussian of EP from the site parameters, in the problem's working coordinates.
+
+Weight space: precision ``C = I + P^T T P`` (one ``d x d`` Cholesky). Function space:
+``Sigma = K - K S M^{-1} S K`` with ``S = sqrt|T|`` and ``M = sign(T) + S K S`` (Rasmussen &
+Williams' ``B`` when every site precision is non-negative, then a Cholesky; an LU solve and a
+positive-definiteness check when some are negative). No inverse of ``K`` is ever formed, so
+near-singular kernel matrices are fine.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from inference.ep.problem import EPProblem
+    >>> p = EPProblem("function", None, jnp.eye(2), jnp.zeros(2), ())
+    >>> mean, cov, ok = from_sites(p, jnp.ones(2), jnp.ones(2))
+    >>> [round(float(x), 12) for x in jnp.diag(cov)], bool(ok)
+    ([0.5, 0.5], True)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+
+def _finite(*xs):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs]))
+
+
+def _sym(a):
+    return 0.5 * (a + a.T)
+
+
+def _weight(problem, tau, nu):
+    P = problem.proj
+    d = P.shape[1]
+    C = jnp.eye(d, dtype=P.dtype) + P.T @ (tau[:, None] * P)
+    L = jnp.linalg.cholesky(C)
+    return C, L, _finite(L)
+
+
+def _function_parts(K, tau):
+    """(S, M factor, log|det M|, solve) with S = sqrt|tau|; solve(X) = M^{-1} X."""
+    n = K.shape[0]
+    eye = jnp.eye(n, dtype=K.dtype)
+    s = jnp.sqrt(jnp.abs(tau))
+    SKS = s[:, None] * K * s[None, :]
+
+    def positive(_):
+        L = jnp.linalg.cholesky(eye + SKS)
+        return L, 2.0 * jnp.sum(jnp.log(jnp.diag(L))), jnp.zeros((n, n), K.dtype), jnp.zeros(n, jnp.int32)
+
+    def general(_):
+        M = jnp.diag(jnp.where(tau >= 0, 1.0, -1.0).astype(K.dtype)) + SKS
+        lu, piv, _perm = lax.linalg.lu(M)
+        logdet = jnp.sum(jnp.log(jnp.abs(jnp.diag(lu))))
+        return jnp.zeros((n, n), K.dtype), logdet, lu, piv.astype(jnp.int32)
+
+    pos = jnp.all(tau >= 0)
+    L, logdet, lu, piv = lax.cond(pos, positive, general, None)
+
+    def solve(X):
+        def chol_solve(X):
+            return cho_solve((L, True), X)
+
+        def lu_solve(X):
+            return jax.scipy.linalg.lu_solve((lu, piv), X)
+
+        return lax.cond(pos, chol_solve, lu_solve, X)
+
+    return s, logdet, solve, pos
+
+
+def from_sites(problem, tau, nu):
+    """(mean, cov, ok) of the global Gaussian; ``ok`` is False when it is not a valid Gaussian."""
+    if problem.space == "weight":
+        P = problem.proj
+        _, L, ok = _weight(problem, tau, nu)
+        cov = cho_solve((L, True), jnp.eye(P.shape[1], dtype=P.dtype))
+        mean = cov @ (P.T @ nu)
+        return mean, _sym(cov), ok & _finite(cov, mean)
+    K = problem.prior_cov
+    n = K.shape[0]
+    eye = jnp.eye(n, dtype=K.dtype)
+
+    def positive(_):  # Rasmussen & Williams alg. 3.5: B = I + S K S, Cholesky
+        s = jnp.sqrt(tau)
+        SK = s[:, None] * K
+        L = jnp.linalg.cholesky(eye + SK * s[None, :])
+        # cho_solve then a product: measured faster on CPU than one triangular solve and V^T V
+        return _sym(K - SK.T @ cho_solve((L, True), SK)), _finite(L)
+
+    def general(_):  # some negative site precisions: M = sign(T) + S K S, LU; check PD after
+        s = jnp.sqrt(jnp.abs(tau))
+        SK = s[:, None] * K
+        M = jnp.diag(jnp.where(tau >= 0, 1.0, -1.0).astype(K.dtype)) + SK * s[None, :]
+        cov = _sym(K - SK.T @ jnp.linalg.solve(M, SK))
+        jitter = 1e-10 * jnp.mean(jnp.diag(K)) * eye
+        return cov, _finite(cov) & jnp.all(jnp.diag(cov) > 0) & _finite(jnp.linalg.cholesky(cov + jitter))
+
+    cov, ok = lax.cond(jnp.all(tau >= 0), positive, general, None)
+    mean = cov @ nu
+    return mean, cov, ok & _finite(mean)
+
+
+def marginals(problem, mean, cov):
+    """Mean and variance of every site's projection ``z_i`` under ``N(mean, cov)``."""
+    if problem.space == "weight":
+        P = problem.proj
+        return P @ mean, jnp.sum((P @ cov) * P, axis=1)
+    return mean, jnp.diag(cov)
+
+
+def log_normaliser(problem, tau, nu):
+    """``log E_prior[prod_i exp(-tau_i z_i^2 / 2 + nu_i z_i)]``: the Gaussian part of EP's log Z."""
+    if problem.space == "weight":
+        P = problem.proj
+        _, L, _ = _weight(problem, tau, nu)
+        h = P.T @ nu
+        w = solve_triangular(L, h, lower=True)
+        return 0.5 * jnp.dot(w, w) - jnp.sum(jnp.log(jnp.diag(L)))
+    K = problem.prior_cov
+    s, logdet, solve, _ = _function_parts(K, tau)
+    Kn = K @ nu
+    quad = jnp.dot(nu, Kn) - jnp.dot(s * Kn, solve(s * Kn))
+    return 0.5 * quad - 0.5 * logdet
+
+
+class LatentMap(NamedTuple):
+    """How working coordinates map back to the model's latent vector ``u`` (arrays only).
+
+    Weight space: ``u = m0 + L0 v`` (``L0`` the prior Cholesky factor). Function space: ``u``'s
+    posterior from the sites through ``AS0 = A S0`` and the prior ``(m0, S0)``."""
+
+    m0: jax.Array
+    L0: jax.Array | None
+    S0: jax.Array | None
+    AS0: jax.Array | None
+
+
+def to_latent(problem, latent: LatentMap, tau, nu):
+    """(mean, cov) of the latent vector ``u`` under the EP approximation."""
+    if problem.space == "weight":
+        mean, cov, _ = from_sites(problem, tau, nu)
+        L0 = latent.L0
+        return latent.m0 + L0 @ mean, _sym(L0 @ cov @ L0.T)
+    K = problem.prior_cov
+    s, _, solve, _ = _function_parts(K, tau)
+    W = s[:, None] * latent.AS0
+    alpha = nu - s * solve(s * (K @ nu))
+    mean = latent.m0 + latent.AS0.T @ alpha
+    cov = latent.S0 - W.T @ solve(W)
+    return mean, _sym(cov)

@@ -1,0 +1,368 @@
+"""From a NumPyro program to an EP problem: the latent Gaussian and one scalar site per datum.
+
+Rules (no model is recognised by name):
+
+- Every unobserved sample site must have a Gaussian prior (``Normal`` or ``MultivariateNormal``
+  / ``LowRankMultivariateNormal``, possibly ``.expand``-ed or ``.to_event``-ed) whose parameters
+  do not depend on other latents. They are concatenated into one vector ``u ~ N(m0, S0)``.
+- Each observed site's per-observation log-likelihood, as a function of ``u``, is read from the
+  jaxpr of ``u -> site.fn.log_prob(value)`` (see :mod:`inference.ep.graph`): it must be an
+  elementwise function ``h_i(eta_i)`` of one affine projection ``eta_i = a_i^T u + b_i``. The
+  projection's ``(A, b)`` are the Jacobian and value at zero, checked at a random point.
+- Each site's ``h_i`` is then classified numerically: ``log Phi(+-eta)`` -> closed-form probit;
+  exactly quadratic with negative curvature -> exact Gaussian; otherwise quadrature.
+  Sites constant in ``u`` (e.g. ``numpyro.factor`` of a constant) add to the evidence.
+- Working space: ``"weight"`` when there are more sites than latent dimensions (whitened by the
+  prior Cholesky factor), else ``"function"`` (prior covariance ``A S0 A^T`` of the sites).
+
+Anything else raises a ``ValueError`` that names the site and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro import handlers
+from scipy.linalg import block_diag
+from scipy.special import ndtri
+
+from inference._model import latent_sites, observed_sites
+from inference.ep.gaussian import LatentMap
+from inference.ep.graph import NotElementwise, SiteLink, const_env, evaluate, flatten, link_constants, split, tag
+from inference.ep.problem import EPProblem, SiteGroup
+
+GAUSSIAN_PRIORS = (dist.Normal, dist.MultivariateNormal, dist.LowRankMultivariateNormal)
+ADVICE = "use inference.laplace, inference.vi or inference.mcmc for this model"
+
+
+@dataclass
+class LatentBlock:
+    name: str
+    shape: tuple
+    offset: int
+    size: int
+
+
+@dataclass
+class Recognised:
+    """The EP problem plus what the driver needs to go back to the model's sites."""
+
+    problem: EPProblem
+    latent_map: LatentMap
+    blocks: list
+    m0: np.ndarray
+    S0: np.ndarray
+    A: np.ndarray
+    b: np.ndarray
+    const_log_lik: float
+    site_kinds: dict = field(default_factory=dict)
+
+
+def unwrap(fn):
+    """Strip ``Independent`` and ``ExpandedDistribution`` wrappers."""
+    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
+        fn = fn.base_dist
+    return fn
+
+
+def _float():
+    return jnp.result_type(float)
+
+
+def gaussian_prior(name, site):
+    """(mean, cov) of a latent site, flat (jnp; traceable), or a ValueError naming the site."""
+    fn = site["fn"]
+    base = unwrap(fn)
+    if getattr(fn.support, "is_discrete", False):
+        raise ValueError(
+            f"latent site {name!r} is discrete ({type(base).__name__}); EP needs Gaussian latent sites "
+            f"(Normal / MultivariateNormal); marginalise it in the model or {ADVICE}")
+    if not isinstance(base, GAUSSIAN_PRIORS):
+        raise ValueError(
+            f"latent site {name!r} has a {type(base).__name__} prior; EP handles Gaussian latent sites "
+            f"only (Normal / MultivariateNormal): fix its value as a model argument, or {ADVICE}")
+    shape = jnp.shape(site["value"])
+    if isinstance(base, dist.Normal):
+        mean = jnp.ravel(jnp.broadcast_to(base.loc, shape))
+        return mean, jnp.diag(jnp.ravel(jnp.broadcast_to(base.scale**2, shape)))
+    k = base.event_shape[-1]
+    mean = jnp.ravel(jnp.broadcast_to(base.loc, shape))
+    covs = jnp.reshape(jnp.broadcast_to(base.covariance_matrix, shape + (k,)), (-1, k, k))
+    return mean, jax.scipy.linalg.block_diag(*covs) if covs.shape[0] > 1 else covs[0]
+
+
+def latent_blocks(trace, names=None):
+    blocks, offset = [], 0
+    for name in latent_sites(trace):
+        if names is not None and name not in names:
+            continue
+        shape = tuple(np.shape(trace[name]["value"]))
+        size = int(np.prod(shape))
+        blocks.append(LatentBlock(name, shape, offset, size))
+        offset += size
+    return blocks
+
+
+def abstract_trace(model, args, kwargs, seed=0):
+    """The model's sample sites with shapes only (``jax.eval_shape``: nothing runs or compiles)."""
+    latent = {}
+
+    def values():
+        tr = handlers.trace(handlers.seed(model, rng_seed=seed)).get_trace(*args, **kwargs)
+        sites = {n: s for n, s in tr.items() if s["type"] == "sample"}
+        latent.update({n: not s["is_observed"] for n, s in sites.items()})
+        return {n: s["value"] for n, s in sites.items()}
+
+    shapes = jax.eval_shape(values)
+    return {n: {"type": "sample", "is_observed": not latent[n], "value": v} for n, v in shapes.items()}
+
+
+def prior_of(model, args, kwargs, blocks, values=None, seed=0):
+    """Prior (m0, S0) of the concatenated latent blocks, from one compiled run of the model (with
+    the latent sites set to ``values`` if given); a ValueError names a non-Gaussian or NaN site.
+    ``values`` may be a list of such dicts (one compilation for all): a list of (m0, S0) returns."""
+    def run(values):
+        tr = run_with(model, args, kwargs, values, seed)
+        parts = [gaussian_prior(b.name, tr[b.name]) for b in blocks]
+        return [p[0] for p in parts], [p[1] for p in parts]
+
+    many = isinstance(values, list)
+    fn = jax.jit(run)
+    out = []
+    for vals in (values if many else [values or {}]):
+        means, covs = fn(vals)
+        for b, m, c in zip(blocks, means, covs):
+            if not (np.all(np.isfinite(np.asarray(m))) and np.all(np.isfinite(np.asarray(c)))):
+                raise ValueError(f"latent site {b.name!r}: its prior mean or covariance has NaN or inf entries")
+        out.append((np.concatenate([np.asarray(m, float) for m in means]),
+                    block_diag(*[np.asarray(c, float) for c in covs])))
+    return out if many else out[0]
+
+
+def unflatten(u, blocks):
+    return {b.name: jnp.reshape(u[b.offset:b.offset + b.size], b.shape) for b in blocks}
+
+
+def run_with(model, args, kwargs, values, seed=0):
+    """Trace the model with the latent sites set to ``values``."""
+    return handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=seed), data=values)).get_trace(*args, **kwargs)
+
+
+def _check_observed(trace):
+    for name, value in observed_sites(trace).items():
+        if np.issubdtype(np.asarray(value).dtype, np.number) and not np.all(np.isfinite(value)):
+            raise ValueError(f"observed site {name!r} contains NaN or inf values")
+
+
+def _site_log_lik(site):
+    """Per-observation log-likelihood of an observed site (mask and scale applied)."""
+    fn = site["fn"]
+    base = unwrap(fn)
+    if base.event_shape and not isinstance(base, dist.distribution.Unit):
+        raise ValueError(
+            f"observed site {site['name']!r} is multivariate (event shape {base.event_shape}); EP needs one "
+            f"scalar likelihood per observation")
+    lp = base.log_prob(site["value"])
+    extra = lp.ndim - len(fn.batch_shape)
+    for key in ("mask", "scale"):
+        w = site.get(key)
+        if w is not None:
+            w = jnp.reshape(jnp.asarray(w), jnp.shape(w) + (1,) * extra)
+            lp = jnp.where(w, lp, 0.0) if key == "mask" else lp * w
+    return lp
+
+
+def recognise(model, args, kwargs, trace, seed: int = 0, num_points: int = 96) -> Recognised:
+    """Read the EP problem off the model (see the module docstring for the rules)."""
+    obs_names = list(observed_sites(trace))
+    if not obs_names:
+        raise ValueError("the model has no observed sites: pass the observations (e.g. y=...)")
+    _check_observed(trace)
+    blocks = latent_blocks(trace)
+    if not blocks:
+        raise ValueError("the model has no latent sites: nothing to infer")
+    for b in blocks:  # type checks first, on the concrete trace (clear errors, nothing compiled)
+        gaussian_prior(b.name, trace[b.name])
+    u0 = np.concatenate([np.ravel(np.asarray(trace[b.name]["value"], float)) for b in blocks])
+    D = u0.shape[0]
+    u1 = u0 + np.random.default_rng(seed).standard_normal(D)
+    # The prior at two values of the latent: it must not change (no latent depends on another).
+    (m0, S0), (m1, S1) = prior_of(model, args, kwargs, blocks, [unflatten(jnp.asarray(u, _float()), blocks)
+                                                              for u in (u0, u1)], seed)
+    _check_prior_independent(blocks, m0, S0, m1, S1)
+    u1 = m0 + np.sqrt(np.maximum(np.diag(S0), 1e-12)) * np.random.default_rng(seed + 1).standard_normal(D)
+
+    def obs_fn(u):
+        tr = run_with(model, args, kwargs, unflatten(u, blocks), seed)
+        return [_site_log_lik(dict(tr[n], name=n)) for n in obs_names]
+
+    try:
+        closed = jax.make_jaxpr(obs_fn)(jnp.asarray(u0, _float()))
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError) as exc:
+        raise ValueError(f"the model cannot be traced with its latent sites as JAX values ({exc})") from exc
+    g = flatten(closed)
+    tags = tag(g)
+    groups, rows, offsets, kinds, const_ll = [], [], [], {}, 0.0
+    for name, out in zip(obs_names, g.outputs):
+        try:
+            frontier, link = split(g, tags, out)
+        except NotElementwise as exc:
+            raise ValueError(
+                f"observed site {name!r}: its log-likelihood is not an elementwise function of one affine "
+                f"projection eta_i = a_i^T u + b_i of the latent ({exc}); {ADVICE}") from None
+        env = const_env(g, tags, [out] + list(frontier))
+        if link is None:
+            const_ll += float(np.sum(np.asarray(evaluate(g, [out], known=env)[0])))
+            kinds[name] = "constant"
+            continue
+        n = int(np.prod(g.avals[out].shape))
+        A, b, scales, shifts = _projection(name, g, env, frontier, n, D, u1)
+        group, A, b = _classify(name, link, env, A, b, m0, S0, num_points, scales + shifts)
+        groups.append(group)
+        kinds[name] = group.kind
+        rows.append(A)
+        offsets.append(b)
+    if not groups:
+        raise ValueError(f"no observed site depends on the latent sites {[b.name for b in blocks]}")
+    A = np.concatenate(rows)
+    b = np.concatenate(offsets)
+    problem, latent_map = _working_space(A, b, m0, S0, groups, blocks)
+    return Recognised(problem, latent_map, blocks, m0, S0, A, b, const_ll, kinds)
+
+
+def _check_prior_independent(blocks, m0, S0, m1, S1):
+    for blk in blocks:
+        sl = slice(blk.offset, blk.offset + blk.size)
+        if not (np.allclose(m1[sl], m0[sl], rtol=1e-9, atol=1e-12) and np.allclose(S1[sl, sl], S0[sl, sl], rtol=1e-9, atol=1e-12)):
+            raise ValueError(
+                f"latent site {blk.name!r}: its prior depends on other latent sites; EP needs independent "
+                f"Gaussian prior blocks (write the dependence as a deterministic transform); {ADVICE}")
+
+
+def _projection(name, g, env, frontier, n, D, u_test):
+    """(A, b) with eta = A u + b for the n observations of a site, checked affine."""
+    dt = _float()
+    maps = []
+    for f in frontier:
+        def fun(u, f=f):
+            return jnp.ravel(evaluate(g, [f], inputs=[u], known=env)[0]).astype(dt)
+
+        zero = jnp.zeros(D, dt)
+        Af, bf, got = (np.asarray(x) for x in jax.jit(
+            lambda u1: (jax.jacfwd(fun)(zero), fun(zero), fun(u1)))(jnp.asarray(u_test, dt)))
+        if not (np.all(np.isfinite(Af)) and np.all(np.isfinite(bf))):
+            raise ValueError(
+                f"observed site {name!r}: the projection of the latent onto its observations has NaN or inf "
+                f"entries (check the model's inputs for NaN/inf)")
+        want = Af @ u_test + bf
+        scale = np.abs(Af) @ np.abs(u_test) + np.abs(bf) + 1.0
+        if not np.all(np.abs(got - want) <= (1e-8 if dt == jnp.float64 else 1e-4) * scale):
+            raise ValueError(f"observed site {name!r}: its linear predictor is not affine in the latent")
+        maps.append((np.broadcast_to(Af, (n, D)) if Af.shape[0] == 1 else Af,
+                     np.broadcast_to(bf, (n,)) if bf.shape[0] == 1 else bf))
+    A, b = (np.array(x, float) for x in maps[0])
+    scales, shifts = [], []
+    for A2, b2 in maps:  # each frontier variable must be scale * eta + shift, row by row
+        norm2 = np.sum(A * A, axis=1)
+        c = np.where(norm2 > 0, np.sum(A2 * A, axis=1) / np.where(norm2 > 0, norm2, 1.0), 1.0)
+        tol_a = 1e-9 * (np.abs(A2).max() + np.abs(A).max() + 1e-300)
+        if not np.allclose(A2, c[:, None] * A, rtol=1e-9, atol=tol_a):
+            raise ValueError(
+                f"observed site {name!r}: its likelihood depends on the latent through more than one affine "
+                f"projection (e.g. a scale or second parameter that depends on the latent); EP supports one "
+                f"scalar projection per observation; {ADVICE}")
+        scales.append(c)
+        shifts.append(b2 - c * b)
+    return A, b, scales, shifts
+
+
+PROBIT_GRID = np.linspace(-3.0, 3.0, 25)
+
+
+def _probit_fit(h, t, double):
+    """Per-row (alpha, beta) with ``h = log Phi(alpha t + beta)`` at every usable grid point
+    (``|alpha t + beta|`` below 5, or 3 in single precision, where the inversion is accurate), or
+    None. The tolerance on ``z = Phi^-1(exp h)`` (1e-7, or 1e-4 in single precision) is far below
+    the ~1e-2 by which a logistic link differs from any probit."""
+    ztol = 1e-7 if double else 1e-4
+    with np.errstate(all="ignore"):
+        z = np.where(h < np.log(0.5), ndtri(np.exp(h)), -ndtri(-np.expm1(h)))
+    usable = np.isfinite(z) & (np.abs(z) < (5.0 if double else 3.0))
+    if np.any(usable.sum(axis=1) < 3):
+        return None
+    rows = np.arange(h.shape[0])
+    lo = np.argmax(usable, axis=1)
+    hi = h.shape[1] - 1 - np.argmax(usable[:, ::-1], axis=1)
+    alpha = (z[rows, hi] - z[rows, lo]) / (t[rows, hi] - t[rows, lo])
+    beta = z[rows, lo] - alpha * t[rows, lo]
+    err = np.abs(alpha[:, None] * t + beta[:, None] - z)
+    good = np.where(usable, err <= ztol * (1 + np.abs(z)), True)
+    if np.any(alpha == 0) or not np.all(good):
+        return None
+    return alpha, beta
+
+
+def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
+    """(group, A, b): probit, Gaussian or quadrature sites, decided from the log-likelihood's
+    values; a probit site's projection is rescaled so that its likelihood is ``Phi(eta)``."""
+    dt = _float()
+    consts = link_constants(link, env) + [
+        jnp.asarray(v[0], dt) if np.all(v == v[0]) else jnp.asarray(v, dt) for v in frontier_maps]
+    n = A.shape[0]
+    layout = tuple(bool(np.ndim(c) == 0) for c in consts)
+    per = tuple(c for c in consts if np.ndim(c) > 0)
+    shared = tuple(c for c in consts if np.ndim(c) == 0)
+    site_link = SiteLink(link, layout)
+    tol = 1e-8 if dt == jnp.float64 else 1e-3
+
+    @jax.jit
+    def h_jit(eta, per, shared):  # eta: (n, k) -> (n, k)
+        one = lambda e, c: jax.vmap(lambda x: site_link(x, c, shared))(e)  # noqa: E731
+        return jax.vmap(one)(eta, per)
+
+    def h_at(eta):
+        return np.asarray(h_jit(jnp.asarray(eta, dt), per, shared), float)
+
+    centre = b + A @ m0
+    spread = np.clip(np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", A, S0, A), 0.0)), 1e-2, 1e2)
+    pts = centre[:, None] + spread[:, None] * PROBIT_GRID
+    fit = _probit_fit(h_at(pts), pts, dt == jnp.float64)
+    if fit is not None:  # h(eta) = log Phi(alpha eta + beta): re-project onto alpha eta + beta
+        alpha, beta = fit
+        return SiteGroup("probit", {"s": jnp.ones(n, dt)}, n), alpha[:, None] * A, alpha * b + beta
+    t = np.array([-1.0, 0.0, 1.0, -2.3, 0.55, 1.7])
+    h = h_at(centre[:, None] + spread[:, None] * t)
+    q0 = h[:, 1]
+    q1 = 0.5 * (h[:, 2] - h[:, 0])
+    q2 = 0.5 * (h[:, 2] + h[:, 0]) - q0
+    pred = q0[:, None] + q1[:, None] * t + q2[:, None] * t ** 2
+    if np.all(np.isfinite(h)) and np.all(q2 < 0) and np.all(np.abs(pred - h) <= tol * (1 + np.abs(h))):
+        noise_var = -spread ** 2 / (2 * q2)
+        y = centre - spread * q1 / (2 * q2)
+        log_const = q0 - q1 ** 2 / (4 * q2) + 0.5 * np.log(2 * np.pi * noise_var)
+        data = {"y": y, "noise_var": noise_var, "log_const": log_const}
+        return SiteGroup("gaussian", {k: jnp.asarray(v, dt) for k, v in data.items()}, n), A, b
+    return SiteGroup("quadrature", {"consts": per, "shared": shared}, n, site_link, num_points), A, b
+
+
+def _working_space(A, b, m0, S0, groups, blocks):
+    dt = _float()
+    N, D = A.shape
+    offset = b + A @ m0
+    if N > D:
+        try:
+            L0 = np.linalg.cholesky(S0)
+        except np.linalg.LinAlgError:
+            names = [blk.name for blk in blocks]
+            raise ValueError(f"the prior covariance of the latent sites {names} is not positive definite") from None
+        problem = EPProblem("weight", jnp.asarray(A @ L0, dt), None, jnp.asarray(offset, dt), groups)
+        return problem, LatentMap(jnp.asarray(m0, dt), jnp.asarray(L0, dt), None, None)
+    AS0 = A @ S0
+    K = AS0 @ A.T
+    K = 0.5 * (K + K.T)
+    problem = EPProblem("function", None, jnp.asarray(K, dt), jnp.asarray(offset, dt), groups)
+    return problem, LatentMap(jnp.asarray(m0, dt), None, jnp.asarray(S0, dt), jnp.asarray(AS0, dt))

@@ -1,0 +1,163 @@
+"""Tilted moments of one EP site: the leaf maths of expectation propagation.
+
+Each function takes the cavity distribution ``N(eta | m, v)`` of the site's linear predictor and
+the site's datum, and returns ``(log Z, mean, var)`` of the tilted distribution
+``p(y | eta) N(eta | m, v) / Z``. They are elementwise (scalars or equal-shaped arrays), pure and
+jittable; the EP update turns them into site parameters.
+
+Closed forms: probit ``Phi(s eta)``, Gaussian ``N(y | eta, s2)`` (exact EP) and the noisy step
+``eps + (1 - 2 eps) step(s eta)`` with a fixed ``eps``. Any other univariate log-likelihood goes
+through :func:`quadrature` (a sinh-mapped trapezoid rule centred at the tilted mode) or
+:func:`gauss_hermite` (adaptive Gauss-Hermite).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> log_z, mean, var = probit(0.0, 1.0, 1.0)
+    >>> round(float(jnp.exp(log_z)), 6)
+    0.5
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.special import log_ndtr, logsumexp
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def _std_normal_logpdf(z):
+    return -0.5 * (z * z + LOG_2PI)
+
+
+def probit(m, v, s):
+    """Site ``Phi(s * eta)`` (``s = +1`` or ``-1``): ``Z = Phi(s m / sqrt(1 + v))``."""
+    sq = jnp.sqrt(1.0 + v)
+    z = s * m / sq
+    log_z = log_ndtr(z)
+    ratio = jnp.exp(_std_normal_logpdf(z) - log_z)  # N(z) / Phi(z), stable in the left tail
+    mean = m + s * v * ratio / sq
+    var = v - v * v * ratio * (z + ratio) / (1.0 + v)
+    return log_z, mean, var
+
+
+def gaussian(m, v, y, noise_var):
+    """Site ``N(y | eta, noise_var)``: exact, ``Z = N(y | m, v + noise_var)``."""
+    s2 = v + noise_var
+    r = y - m
+    log_z = -0.5 * (LOG_2PI + jnp.log(s2) + r * r / s2)
+    mean = m + v * r / s2
+    var = v * noise_var / s2
+    return log_z, mean, var
+
+
+def noisy_step(m, v, s, eps):
+    """Site ``eps + (1 - 2 eps) step(s * eta)`` with a fixed label-noise rate ``eps`` in [0, 1/2).
+
+    ``Z = eps + (1 - 2 eps) Phi(s m / sqrt(v))`` (thesis ch. 6, fixed ``eps``).
+    """
+    sv = jnp.sqrt(v)
+    z = s * m / sv
+    log_a = jnp.log1p(-2.0 * eps)
+    log_z = jnp.logaddexp(jnp.log(eps), log_a + log_ndtr(z))
+    ratio = jnp.exp(log_a + _std_normal_logpdf(z) - log_z)
+    mean = m + s * sv * ratio
+    var = v - v * ratio * (z + ratio)
+    return log_z, mean, var
+
+
+@functools.lru_cache(maxsize=None)
+def _hermite(num_points: int):
+    x, w = np.polynomial.hermite.hermgauss(num_points)
+    return x, np.log(w)
+
+
+def _cavity_logpdf(eta, m, v):
+    return -0.5 * (LOG_2PI + jnp.log(v) + (eta - m) ** 2 / v)
+
+
+def tilted_mode(log_lik, m, v, newton_steps: int = 12, halvings: int = 6):
+    """Mode and Laplace width of ``exp(log_lik(eta)) N(eta | m, v)`` (scalars).
+
+    Newton steps on the tilted log density with a backtracking choice among halved steps (so
+    exponential links such as Poisson's cannot overshoot); where the density is not concave the
+    step is a gradient step scaled by the cavity variance and the width falls back to ``sqrt(v)``.
+    """
+    sd = jnp.sqrt(v)
+    log_t = lambda e: -0.5 * (e - m) ** 2 / v + log_lik(e)  # noqa: E731
+    d1 = jax.grad(log_lik)
+    d2 = jax.grad(d1)
+    fractions = 2.0 ** -jnp.arange(halvings, dtype=m.dtype)
+
+    def newton(_, eta):
+        g = -(eta - m) / v + d1(eta)
+        h = -1.0 / v + d2(eta)
+        step = jnp.clip(jnp.where(h < 0.0, -g / h, v * g), -10.0 * sd, 10.0 * sd)
+        cand = jnp.concatenate([eta + step * fractions, eta[None]])
+        lc = jax.vmap(log_t)(cand)
+        best = cand[jnp.argmax(jnp.where(jnp.isfinite(lc), lc, -jnp.inf))]
+        return jnp.where(jnp.isfinite(best), best, eta)
+
+    mode = lax.fori_loop(0, newton_steps, newton, m)
+    curv = -1.0 / v + d2(mode)
+    width = jnp.sqrt(jnp.where((curv < 0.0) & jnp.isfinite(curv), -1.0 / curv, v))
+    return mode, width
+
+
+def _moments(eta, log_terms):
+    """(log Z, mean, var) from nodes and log quadrature terms (weight times integrand)."""
+    log_z = logsumexp(log_terms)
+    w = jnp.exp(log_terms - log_z)
+    mean = jnp.sum(w * eta)
+    return log_z, mean, jnp.sum(w * (eta - mean) ** 2)
+
+
+def _clean(ll):
+    return jnp.where(jnp.isnan(ll), -jnp.inf, ll)
+
+
+def quadrature(log_lik, m, v, num_points: int = 96):
+    """Tilted moments of ``exp(log_lik(eta)) N(eta | m, v)`` for any univariate log-likelihood.
+
+    The engine's default rule: the trapezoid rule after the map ``eta = mode + width sinh(t)``
+    (mode and Laplace width from :func:`tilted_mode`), which is exponentially convergent for
+    smooth integrands and, unlike Gauss-Hermite, stays accurate for skewed tilted densities (a
+    sigmoid or Poisson likelihood under a broad cavity). ``log_lik`` maps a scalar ``eta`` to a
+    scalar; ``m``, ``v`` are scalars (``vmap`` for many sites). Non-finite ``log_lik`` values
+    count as zero likelihood (outside the support). Accuracy against adaptive quadrature
+    (tests): 1e-10 for cavity standard deviations up to 5 likelihood scales, 1e-5 up to 10; it
+    degrades when the cavity is hundreds of times broader than the likelihood's features.
+    """
+    dtype = jnp.result_type(m, v, float)
+    m = jnp.asarray(m, dtype)
+    v = jnp.asarray(v, dtype)
+    mode, width = tilted_mode(lambda e: log_lik(e).astype(dtype), m, v)
+    reach = jnp.abs(mode - m) + 10.0 * jnp.sqrt(v) + 10.0 * width
+    t_max = jnp.arcsinh(reach / width)
+    t = jnp.linspace(-1.0, 1.0, num_points, dtype=dtype) * t_max
+    h = 2.0 * t_max / (num_points - 1)
+    eta = mode + width * jnp.sinh(t)
+    ll = _clean(jax.vmap(log_lik)(eta).astype(dtype))
+    log_terms = jnp.log(h * width * jnp.cosh(t)) + _cavity_logpdf(eta, m, v) + ll
+    return _moments(eta, log_terms)
+
+
+def gauss_hermite(log_lik, m, v, num_points: int = 32):
+    """Tilted moments by adaptive Gauss-Hermite quadrature: nodes centred at the tilted mode with
+    the Laplace width. Exact to ~1e-12 when the tilted density is close to Gaussian; less
+    robust than :func:`quadrature` for skewed tilted densities (kept for comparison and tests).
+    """
+    dtype = jnp.result_type(m, v, float)
+    m = jnp.asarray(m, dtype)
+    v = jnp.asarray(v, dtype)
+    x_np, logw_np = _hermite(num_points)
+    x = jnp.asarray(x_np, dtype)
+    mode, width = tilted_mode(lambda e: log_lik(e).astype(dtype), m, v)
+    eta = mode + jnp.sqrt(2.0) * width * x
+    ll = _clean(jax.vmap(log_lik)(eta).astype(dtype))
+    log_terms = jnp.asarray(logw_np, dtype) + x * x + jnp.log(jnp.sqrt(2.0) * width) + _cavity_logpdf(eta, m, v) + ll
+    return _moments(eta, log_terms)

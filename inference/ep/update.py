@@ -1,0 +1,196 @@
+"""One EP sweep (``update``) and the loop that repeats it (``run``), as pure jittable functions.
+
+Parallel schedule: every site's cavity and tilted moments from the current global Gaussian at
+once, a damped step of all site parameters, then the global Gaussian recomputed; if that is not
+a valid Gaussian the step is halved (up to 8 times) before giving up on the sweep. Sequential
+schedule: sites one at a time with rank-one updates of the global covariance, then a fresh
+recomputation from the sites (against round-off drift). In both, a site whose cavity variance is
+not positive, or whose tilted moments are not finite, is skipped and counted.
+
+``damping`` is the fraction of the step taken (1 = undamped): ``new = old + damping (target -
+old)``. ``damping``, ``tol`` and the iteration limit are traced, so changing them never
+recompiles; the schedule and the problem's structure are static.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from inference.ep.problem import EPProblem, SiteGroup
+    >>> p = EPProblem("function", None, jnp.eye(1), jnp.zeros(1), (SiteGroup("probit", {"s": jnp.ones(1)}),))
+    >>> state, it, skipped, change = run(p, init(p), 1.0, 1e-10, 50)
+    >>> int(it) <= 3, int(skipped)
+    (True, 0)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from inference.ep.gaussian import from_sites, marginals
+from inference.ep.problem import tilted, tilted_site
+from inference.ep.state import EPInfo, EPState
+
+MAX_HALVINGS = 8
+TRACE_COUNT = {"run": 0}  # incremented each time `run` is traced (tests count compilations)
+
+
+def initial_sites(problem):
+    """Zero sites, except Gaussian likelihoods, which start at their exact (final) values."""
+    taus, nus = [], []
+    for g in problem.groups:
+        if g.kind == "gaussian":
+            taus.append(1.0 / g.data["noise_var"])
+            nus.append(g.data["y"] / g.data["noise_var"])
+        else:
+            taus.append(jnp.zeros(g.size, problem.offset.dtype))
+            nus.append(jnp.zeros(g.size, problem.offset.dtype))
+    tau = jnp.concatenate(taus)
+    start, nu = 0, []
+    for g, n in zip(problem.groups, nus):
+        off = problem.offset[start:start + g.size]
+        nu.append(n - (tau[start:start + g.size] * off if g.kind == "gaussian" else 0.0))
+        start += g.size
+    return tau, jnp.concatenate(nu)
+
+
+def init(problem) -> EPState:
+    tau, nu = initial_sites(problem)
+    mean, cov, _ = from_sites(problem, tau, nu)
+    return EPState(tau, nu, jnp.zeros_like(tau), mean, cov)
+
+
+def cavity(m, v, tau, nu):
+    """Cavity (mean, var, ok) of sites with marginals ``N(m, v)`` and site parameters tau, nu."""
+    prec = 1.0 / v - tau
+    ok = (prec > 0) & jnp.isfinite(prec) & (v > 0)
+    cv = jnp.where(ok, 1.0 / jnp.where(ok, prec, 1.0), 1.0)
+    cm = jnp.where(ok, cv * (m / v - nu), 0.0)
+    return cm, cv, ok
+
+
+def site_log_scale(log_z, cm, cv, tau, nu):
+    """``log Z_i - log int N(z | cm, cv) exp(-tau z^2 / 2 + nu z) dz``."""
+    log_gauss = (-0.5 * jnp.log1p(tau * cv) - 0.5 * cm * cm / cv
+                 + 0.5 * (cm / cv + nu) ** 2 / (1.0 / cv + tau))
+    return log_z - log_gauss
+
+
+def _targets(log_z, mt, vt, cm, cv, ok, tau, nu):
+    tau_t = 1.0 / vt - 1.0 / cv
+    nu_t = mt / vt - cm / cv
+    ok = ok & (vt > 0) & jnp.isfinite(log_z) & jnp.isfinite(tau_t) & jnp.isfinite(nu_t)
+    return jnp.where(ok, tau_t, tau), jnp.where(ok, nu_t, nu), ok
+
+
+def _change(tau, nu, tau_new, nu_new):
+    return jnp.maximum(jnp.max(jnp.abs(tau_new - tau) / (1.0 + jnp.abs(tau)), initial=0.0),
+                       jnp.max(jnp.abs(nu_new - nu) / (1.0 + jnp.abs(nu)), initial=0.0))
+
+
+def update_parallel(problem, state: EPState, damping):
+    m, v = marginals(problem, state.mean, state.cov)
+    cm, cv, ok = cavity(m, v, state.tau, state.nu)
+    log_z, mt, vt = tilted(problem, cm, cv)
+    tau_t, nu_t, ok = _targets(log_z, mt, vt, cm, cv, ok, state.tau, state.nu)
+
+    def attempt(carry):
+        k, step, *_ = carry
+        tau = state.tau + step * (tau_t - state.tau)
+        nu = state.nu + step * (nu_t - state.nu)
+        mean, cov, good = from_sites(problem, tau, nu)
+        return k + 1, 0.5 * step, tau, nu, mean, cov, good, step
+
+    dt = state.tau.dtype
+    start = (jnp.asarray(0, jnp.int32), jnp.asarray(damping, dt), state.tau, state.nu, state.mean, state.cov,
+             jnp.asarray(False), jnp.asarray(0.0, dt))
+    k, _, tau, nu, mean, cov, good, step = lax.while_loop(
+        lambda c: (~c[6]) & (c[0] < MAX_HALVINGS), attempt, start)
+    tau = jnp.where(good, tau, state.tau)
+    nu = jnp.where(good, nu, state.nu)
+    mean = jnp.where(good, mean, state.mean)
+    cov = jnp.where(good, cov, state.cov)
+    n = state.tau.shape[0]
+    skipped = jnp.where(good, n - jnp.sum(ok), n)
+    change = jnp.where(good, _change(state.tau, state.nu, tau, nu), jnp.inf)
+    log_scale = jnp.where(ok, site_log_scale(log_z, cm, cv, tau, nu), state.log_scale)
+    return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.where(good, step, 0.0))
+
+
+def update_sequential(problem, state: EPState, damping):
+    n = state.tau.shape[0]
+    weight = problem.space == "weight"
+
+    def site(i, carry):
+        tau, nu, log_scale, mean, cov, skipped = carry
+        if weight:
+            a = problem.proj[i]
+            Sa = cov @ a
+            mi, vi = jnp.dot(a, mean), jnp.dot(a, Sa)
+        else:
+            Sa = lax.dynamic_index_in_dim(cov, i, axis=1, keepdims=False)
+            mi, vi = mean[i], Sa[i]
+        cm, cv, ok = cavity(mi, vi, tau[i], nu[i])
+        log_z, mt, vt = tilted_site(problem, i, cm, cv)
+        tau_t, nu_t, ok = _targets(log_z, mt, vt, cm, cv, ok, tau[i], nu[i])
+        d_tau = damping * (tau_t - tau[i])
+        d_nu = damping * (nu_t - nu[i])
+        denom = 1.0 + d_tau * vi
+        ok = ok & (denom > 0) & jnp.isfinite(denom)
+        d_tau, d_nu = jnp.where(ok, d_tau, 0.0), jnp.where(ok, d_nu, 0.0)
+        denom = jnp.where(ok, denom, 1.0)
+        cov = cov - (d_tau / denom) * jnp.outer(Sa, Sa)
+        mean = mean + Sa * (d_nu - d_tau * mi) / denom
+        new_tau, new_nu = tau[i] + d_tau, nu[i] + d_nu
+        ls = jnp.where(ok, site_log_scale(log_z, cm, cv, new_tau, new_nu), log_scale[i])
+        return (tau.at[i].set(new_tau), nu.at[i].set(new_nu), log_scale.at[i].set(ls), mean, cov,
+                skipped + (~ok).astype(jnp.int32))
+
+    carry = (state.tau, state.nu, state.log_scale, state.mean, state.cov, jnp.asarray(0, jnp.int32))
+    tau, nu, log_scale, mean1, cov1, skipped = lax.fori_loop(0, n, site, carry)
+    mean, cov, good = from_sites(problem, tau, nu)
+    mean = jnp.where(good, mean, mean1)
+    cov = jnp.where(good, cov, cov1)
+    change = _change(state.tau, state.nu, tau, nu)
+    return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.asarray(damping, tau.dtype))
+
+
+def update(problem, state: EPState, damping, schedule: str = "parallel"):
+    """One EP sweep. Returns ``(state, info)``."""
+    if schedule == "parallel":
+        return update_parallel(problem, state, damping)
+    if schedule == "sequential":
+        return update_sequential(problem, state, damping)
+    raise ValueError(f"schedule must be 'parallel' or 'sequential', got {schedule!r}")
+
+
+def _run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipped=0, change=jnp.inf):
+    TRACE_COUNT["run"] += 1
+    dt = state.tau.dtype
+
+    def cond(c):
+        _, it, _, ch = c
+        return (it < stop) & (ch > tol)
+
+    def body(c):
+        st, it, sk, _ = c
+        st, info = update(problem, st, damping, schedule)
+        return st, it + 1, sk + info.num_skipped.astype(jnp.int32), info.max_site_change
+
+    carry = (state, jnp.asarray(start, jnp.int32), jnp.asarray(skipped, jnp.int32), jnp.asarray(change, dt))
+    return lax.while_loop(cond, body, carry)
+
+
+_run_jit = jax.jit(_run, static_argnames=("schedule",))
+
+
+def run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipped=0, change=float("inf")):
+    """Sweep until the largest site change is at most ``tol`` or the sweep count reaches ``stop``.
+
+    Returns ``(state, iterations, total_skipped, last_change)``; continue an interrupted run by
+    passing those back as ``start``, ``skipped`` and ``change`` (the driver does, to show
+    progress). Compiled once per problem structure and schedule."""
+    dt = state.tau.dtype
+    f = lambda x: jnp.asarray(x, dt)  # noqa: E731
+    i = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    return _run_jit(problem, state, f(damping), f(tol), i(stop), schedule=schedule, start=i(start),
+                    skipped=i(skipped), change=f(change))

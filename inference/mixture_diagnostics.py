@@ -1,0 +1,288 @@
+"""Summaries of a Gaussian-mixture posterior, for any engine: co-clustering, number of occupied and
+effective components, the truncation check of a DP mixture, label switching, and the posterior
+predictive density at new points.
+
+They read the standard mixture sites of a `Posterior` (``weights``, ``locs``, ``cov`` or
+``scales``, optionally ``sticks``, and the recovered assignments ``z``), all with leading
+``(chain, draw)`` axes. `postprocess` gathers the scalar summaries into
+``post.diagnostics["mixture"]``, names the ArviZ dims (``z`` and the rows of ``X`` share
+``point``), and warns about a non-negligible mass beyond the truncation level and about a Laplace
+approximation that is poor (empty components, importance weights with Pareto k > 0.7).
+
+Example:
+    >>> import numpy as np
+    >>> from inference.mixture_diagnostics import co_clustering, occupied_components
+    >>> z = np.array([[[0, 0, 1], [1, 1, 0]]])           # (chain, draw, point)
+    >>> co_clustering(z)[0, 1], co_clustering(z)[0, 2]
+    (1.0, 0.0)
+    >>> occupied_components(z).tolist()
+    [[2, 2]]
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.special import logsumexp
+
+TRUNCATION_TOL = 0.01
+PARETO_K_POOR = 0.7
+
+
+# ----------------------------------------------------------------------------- assignments
+def occupied_components(z) -> np.ndarray:
+    """Number of distinct components among the assignments of each draw, (chain, draw)."""
+    z = np.sort(np.asarray(z), axis=-1)
+    return 1 + np.sum(np.diff(z, axis=-1) != 0, axis=-1)
+
+
+def component_counts(z, num_components: int) -> np.ndarray:
+    """Points assigned to each component in each draw, (chain, draw, K)."""
+    z = np.asarray(z)
+    lead = z.shape[:-1]
+    flat = z.reshape(-1, z.shape[-1]) + num_components * np.arange(int(np.prod(lead)))[:, None]
+    counts = np.bincount(flat.ravel(), minlength=int(np.prod(lead)) * num_components)
+    return counts.reshape(lead + (num_components,))
+
+
+def co_clustering(z, chunk: int = 256) -> np.ndarray:
+    """Posterior probability that points i and j share a component, (n, n); label-invariant.
+    Memory and time O(n^2) per draw chunk."""
+    z = np.asarray(z)
+    z = z.reshape(-1, z.shape[-1])
+    k = int(z.max()) + 1
+    n = z.shape[1]
+    out = np.zeros((n, n))
+    for start in range(0, z.shape[0], chunk):
+        block = z[start:start + chunk]
+        onehot = (block[:, :, None] == np.arange(k)).astype(np.float32)  # (s, n, K)
+        a = np.moveaxis(onehot, 0, 1).reshape(n, -1)
+        out += a @ a.T
+    return out / z.shape[0]
+
+
+# ----------------------------------------------------------------------------- weights
+def effective_components(weights) -> np.ndarray:
+    """exp(entropy of the weights) per draw, (chain, draw): K for equal weights, 1 for one."""
+    w = np.clip(np.asarray(weights, dtype=float), 1e-300, 1.0)
+    return np.exp(-np.sum(w * np.log(w), axis=-1))
+
+
+def truncation_mass(weights) -> np.ndarray:
+    """Weight of the last stick of a truncated DP per draw, (chain, draw): the mass the untruncated
+    process would put on components beyond the truncation level."""
+    return np.asarray(weights)[..., -1]
+
+
+def check_truncation(weights, tol: float = TRUNCATION_TOL, warn: bool = True) -> dict:
+    """Posterior mean and 99th percentile of `truncation_mass`; warns when the mean exceeds ``tol``."""
+    mass = truncation_mass(weights)
+    out = {"truncation_mass_mean": float(mass.mean()), "truncation_mass_q99": float(np.quantile(mass, 0.99)),
+           "truncation_ok": bool(mass.mean() <= tol)}
+    if warn and not out["truncation_ok"]:
+        warnings.warn(f"the DP mixture puts {mass.mean():.3g} posterior mass (> {tol}) beyond its truncation "
+                      f"level of {np.shape(weights)[-1]} components: raise truncation", stacklevel=3)
+    return out
+
+
+# ----------------------------------------------------------------------------- label switching
+def label_permutations(locs, reference=None, scale=None, reference_weights=None, weights=None) -> np.ndarray:
+    """For each draw, the permutation ``p`` (chain, draw, K) with ``locs[..., p, :]`` closest to
+    ``reference`` (K, d) (default: the first draw): Hungarian algorithm on squared distances scaled
+    by ``scale`` (d,) (default: the spread of all draws), each reference component's row weighted by
+    ``reference_weights`` (so nearly empty components, whose locations are noise, do not steer it);
+    with the draws' ``weights`` (chain, draw, K) the squared log-weight difference is added, so a
+    nearly empty component that happens to sit on an occupied one is not taken for it."""
+    locs = np.asarray(locs, dtype=float)
+    ref = locs[0, 0] if reference is None else np.asarray(reference, dtype=float)
+    if scale is None:
+        scale = locs.reshape(-1, locs.shape[-1]).std(0)
+    scale = np.where(np.asarray(scale) > 0, scale, 1.0)
+    flat = locs.reshape((-1,) + locs.shape[-2:]) / scale
+    ref = ref / scale
+    rw = np.ones(ref.shape[0]) if reference_weights is None else np.asarray(reference_weights, dtype=float)
+    perms = np.empty(flat.shape[:2], dtype=np.int64)
+    if weights is not None:
+        log_w = np.log(np.clip(np.asarray(weights, dtype=float), 1e-12, 1.0)).reshape(flat.shape[:2])
+        log_ref = np.log(np.clip(rw, 1e-12, 1.0))
+    for s, draw in enumerate(flat):
+        cost = np.sum((ref[:, None, :] - draw[None, :, :]) ** 2, -1)
+        if weights is not None:
+            cost = cost + (log_ref[:, None] - log_w[s][None, :]) ** 2
+        cost = rw[:, None] * cost
+        rows, cols = linear_sum_assignment(cost)
+        perms[s, rows] = cols
+    return perms.reshape(locs.shape[:-1])
+
+
+def relabel(samples: dict, perms) -> dict:
+    """Component sites permuted draw by draw (``weights``, ``locs``, ``cov``, ``scales``; ``sticks``
+    recomputed from the permuted weights) and ``z`` mapped to the new labels."""
+    perms = np.asarray(perms)
+    out = dict(samples)
+    for name in ("weights", "locs", "cov", "scales"):
+        if name in samples:
+            v = np.asarray(samples[name])
+            idx = perms.reshape(perms.shape + (1,) * (v.ndim - perms.ndim))
+            out[name] = np.take_along_axis(v, idx, axis=2)
+    if "z" in samples:
+        inverse = np.argsort(perms, axis=-1)  # old label -> new label
+        out["z"] = np.take_along_axis(inverse, np.asarray(samples["z"]), axis=-1)
+    if "sticks" in samples and "weights" in out:
+        w = out["weights"]
+        remaining = 1.0 - np.concatenate([np.zeros(w.shape[:-1] + (1,)), np.cumsum(w, -1)[..., :-2]], -1)
+        out["sticks"] = np.clip(w[..., :-1] / np.maximum(remaining, 1e-300), 0.0, 1.0)
+    return out
+
+
+def label_switching(samples: dict, lp=None) -> dict:
+    """Per-draw permutations relative to a reference draw (the one with the highest ``lp`` when
+    given), and how often labels switch: ``fraction`` of draws whose best match is not the
+    identity, ``within_chain`` fraction of draws whose labelling differs from their chain's most
+    common one (switching while sampling), and whether chains disagree in their labelling."""
+    locs = np.asarray(samples["locs"], dtype=float)
+    ref_idx = np.unravel_index(np.argmax(lp), np.shape(lp)) if lp is not None else (0, 0)
+    ref_w = np.asarray(samples["weights"])[ref_idx] if "weights" in samples else None
+    occupied = ref_w > 0.01 if ref_w is not None else None
+    perms = label_permutations(locs, reference=locs[ref_idx], reference_weights=ref_w, weights=samples.get("weights"))
+    if occupied is not None and occupied.sum() >= 1:
+        perms_occ = perms[..., occupied]  # labels of empty components carry no information
+    else:
+        perms_occ = perms
+    identity = np.arange(locs.shape[2])[occupied] if occupied is not None and occupied.sum() >= 1 else np.arange(locs.shape[2])
+    switched = np.any(perms_occ != identity, axis=-1)
+    within, modal = [], []
+    for chain in perms_occ:
+        keys, counts = np.unique(chain, axis=0, return_counts=True)
+        mode = keys[np.argmax(counts)]
+        modal.append(tuple(mode))
+        within.append(np.any(chain != mode, axis=-1))
+    return {
+        "permutations": perms, "fraction": float(switched.mean()), "within_chain": float(np.mean(within)),
+        "chains_disagree": len(set(modal)) > 1,
+    }
+
+
+# ----------------------------------------------------------------------------- predictive density
+def mixture_log_density(X, weights, locs, cov=None, scales=None) -> np.ndarray:
+    """log sum_k w_k N(x | locs_k, cov_k) at rows of X (m, d) for each draw: (..., m)."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    X = jnp.asarray(X)
+    tiny = np.finfo(np.float64).tiny
+
+    def one(w, mu, spread):
+        if cov is not None:
+            comp = dist.MultivariateNormal(mu, scale_tril=jnp.linalg.cholesky(spread)).log_prob(X[:, None])
+        else:
+            comp = jnp.sum(dist.Normal(mu, spread).log_prob(X[:, None]), -1)
+        return jax.scipy.special.logsumexp(jnp.log(jnp.clip(w, tiny, 1.0)) + comp, axis=-1)
+
+    spread = cov if cov is not None else scales
+    lead = np.shape(weights)[:-1]
+    w = jnp.reshape(jnp.asarray(weights), (-1,) + np.shape(weights)[-1:])
+    mu = jnp.reshape(jnp.asarray(locs), (-1,) + np.shape(locs)[-2:])
+    sp = jnp.reshape(jnp.asarray(spread), (-1,) + np.shape(spread)[len(lead):])
+    out = jax.jit(jax.vmap(one))(w, mu, sp)
+    return np.asarray(out).reshape(lead + (X.shape[0],))
+
+
+def predictive_log_density(post, X_new) -> np.ndarray:
+    """Posterior predictive log density of each row of ``X_new`` (a 1-D array is (m, 1)):
+    log (1/S) sum_s p(x | theta_s) over the S draws of ``post`` (any engine), (m,)."""
+    X_new = np.asarray(X_new, dtype=float)
+    X_new = X_new[:, None] if X_new.ndim == 1 else X_new
+    if X_new.ndim != 2 or not np.all(np.isfinite(X_new)):
+        raise ValueError(f"X_new must be a finite (m, d) array, got shape {X_new.shape}")
+    s = post.samples
+    if X_new.shape[1] != s["locs"].shape[-1]:
+        raise ValueError(f"X_new has {X_new.shape[1]} columns, the mixture {s['locs'].shape[-1]} features")
+    ld = mixture_log_density(X_new, s["weights"], s["locs"], cov=s.get("cov"), scales=s.get("scales"))
+    ld = ld.reshape(-1, X_new.shape[0])
+    return logsumexp(ld, axis=0) - math.log(ld.shape[0])
+
+
+# ----------------------------------------------------------------------------- for engines
+def pareto_k(post) -> float | None:
+    """Pareto k-hat of the importance weights lp - log_q of an approximate posterior (Yao et al.
+    2018): below 0.5 the approximation is good, above 0.7 it is poor; None for MCMC."""
+    stats = post.sample_stats
+    if "lp" not in stats or "log_q" not in stats:
+        return None
+    from arviz_stats.base.array import array_stats
+
+    log_w = (np.asarray(stats["lp"]) - np.asarray(stats["log_q"])).ravel()
+    if log_w.size < 50 or not np.all(np.isfinite(log_w)):
+        return None
+    if np.ptp(log_w) <= 1e-10 * max(1.0, np.abs(log_w).max()):
+        return 0.0  # q proportional to the posterior: no tail at all
+    try:
+        _, khat = array_stats.psislw(log_w - log_w.max())
+    except ValueError:  # a degenerate tail (e.g. all tail values equal)
+        return None
+    return float(khat)
+
+
+def summarise(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True) -> dict:
+    """Scalar mixture diagnostics of ``post`` (see the module docstring)."""
+    s = post.samples
+    k = s["locs"].shape[2]
+    out = {"num_components": int(k)}
+    if "z" in s:
+        occ = occupied_components(s["z"])
+        values, counts = np.unique(occ, return_counts=True)
+        out["occupied_mean"] = float(occ.mean())
+        out["occupied_probs"] = {int(v): float(c / occ.size) for v, c in zip(values, counts)}
+        mean_counts = component_counts(s["z"], k).mean(axis=(0, 1))
+        out["expected_counts"] = mean_counts
+    if "weights" in s:
+        out["effective_components_mean"] = float(effective_components(s["weights"]).mean())
+    if "sticks" in s:
+        out.update(check_truncation(s["weights"], truncation_tol, warn))
+    if k > 1:
+        ls = label_switching(s, post.sample_stats.get("lp"))
+        out["label_switching_fraction"] = ls["fraction"]
+        out["label_switching_within_chain"] = ls["within_chain"]
+        out["label_switching_chains_disagree"] = ls["chains_disagree"]
+    khat = pareto_k(post) if post.engine != "mcmc" else None
+    if khat is not None:
+        out["pareto_k"] = khat
+    if post.engine == "laplace":
+        d = s["locs"].shape[-1]
+        empty = np.flatnonzero(out.get("expected_counts", np.full(k, np.inf)) < d + 1)
+        out["empty_components"] = empty.tolist()
+        poor = []
+        if len(empty):
+            poor.append(f"components {empty.tolist()} hold fewer than d + 1 = {d + 1} points, so their posterior "
+                        "is close to their heavy-tailed prior")
+        if khat is not None and khat > PARETO_K_POOR:
+            poor.append(f"the importance weights lp - log_q have Pareto k = {khat:.2f} > {PARETO_K_POOR}")
+        cond = post.diagnostics.get("condition_number")
+        if cond is not None and cond > 1e12:
+            poor.append(f"the Hessian's condition number is {cond:.2g}")
+        out["laplace_poor"] = bool(poor)
+        if poor and warn:
+            warnings.warn("the Laplace approximation of this mixture is poor: " + "; ".join(poor)
+                          + ". Use fewer components, inference.vi(..., method='cavi') or inference.mcmc",
+                          stacklevel=3)
+    return out
+
+
+def postprocess(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True):
+    """``post`` with ``diagnostics["mixture"]`` (from `summarise`) and ArviZ dims for ``z`` / ``X``
+    (idempotent: a second call returns ``post`` unchanged)."""
+    if "mixture" in post.diagnostics:
+        return post
+    diagnostics = dict(post.diagnostics)
+    diagnostics["mixture"] = summarise(post, truncation_tol, warn)
+    dims = dict(post.dims)
+    if "z" in post.samples:
+        dims.setdefault("z", ["point"])
+    if "X" in post.observed_data:
+        dims.setdefault("X", ["point", "feature"])
+    return post.replace(diagnostics=diagnostics, dims=dims)

@@ -1,0 +1,128 @@
+"""From engine draws to a :class:`~inference.posterior.Posterior` for spike-and-slab models:
+deterministic sites and pointwise log likelihood (shared helpers), the model's log joint ``lp``
+at each draw, diagnostics, and the predictor for new inputs.
+
+Predictions (``Posterior.predict``) hold the likelihood site's draws (``y``: 0/1 labels or real
+responses) and ``<y>_mean``: for MCMC and VI ``E[y | draw]`` (``Phi(x^T w + b)`` or ``x^T w + b``)
+at each draw, for EP the closed-form predictive of EP's Gaussian ``Q`` (the same at every draw);
+either way its average over draws is the predictive probability or mean.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer.util import log_density
+
+from inference._model import finish_samples, trace_model
+from inference.posterior import Posterior
+from inference.spikeslab.structure import Problem, extract, signature
+
+
+def log_joint(model, args, kwargs, flat: dict, batch_size: int = 256) -> np.ndarray:
+    """``log p(y, z, w[, tau])`` of the model at each flat draw."""
+    n = next(iter(flat.values())).shape[0]
+    draws = {k: jnp.asarray(v) for k, v in flat.items()}
+    sig = signature(model, args, kwargs, "log_joint", min(batch_size, n))
+    if sig.key is not None:
+        if sig.key not in _LOG_JOINT_CACHE:
+            _LOG_JOINT_CACHE[sig.key] = _log_joint_fn(model, sig.rebuild, min(batch_size, n))
+        try:
+            return np.asarray(_LOG_JOINT_CACHE[sig.key](sig.arrays, draws))
+        except (jax.errors.JAXTypeError, TypeError, ValueError):  # the model needs concrete arrays
+            pass
+    return np.asarray(_log_joint_fn(model, lambda _: (args, kwargs), min(batch_size, n))([], draws))
+
+
+_LOG_JOINT_CACHE: dict = {}
+
+
+def _log_joint_fn(model, rebuild, batch_size):
+    @jax.jit
+    def run(arrays, draws):
+        args, kwargs = rebuild(arrays)
+        fn = lambda params: log_density(model, args, kwargs, params)[0]  # noqa: E731
+        return jax.lax.map(fn, draws, batch_size=batch_size)
+
+    return run
+
+
+def flat_draws(prob: Problem, z, w, precision=None) -> dict:
+    out = {prob.z_site: np.asarray(z, np.int32), prob.w_site: np.asarray(w)}
+    if prob.precision_site is not None:
+        out[prob.precision_site] = np.asarray(precision)
+    return out
+
+
+def build(engine, prob: Problem, model, args, kwargs, flat, num_chains, seed, *, log_q=None, log_evidence=None,
+          evidence_method=None, diagnostics=None, approximation=None, predictor=None) -> Posterior:
+    key = jax.random.PRNGKey(seed)
+    samples, loglik, observed = finish_samples(model, flat, args, kwargs, key, num_chains)
+    stats = {}
+    if log_q is not None:
+        to_chains = lambda v: np.asarray(v).reshape((num_chains, -1))  # noqa: E731
+        stats = {"lp": to_chains(log_joint(model, args, kwargs, flat)), "log_q": to_chains(log_q)}
+    return Posterior(engine=engine, samples=samples, log_likelihood=loglik, observed_data=observed,
+                     sample_stats=stats, log_evidence=log_evidence, evidence_method=evidence_method,
+                     diagnostics=diagnostics or {"converged": True}, approximation=approximation or {},
+                     predictor=predictor, model=model, model_args=tuple(args), model_kwargs=dict(kwargs), seed=seed)
+
+
+def new_inputs(model, args, kwargs):
+    """Raw ``(X, b, c)`` of the likelihood at new inputs (undoing the unit-noise scaling)."""
+    prob = extract(model, args, kwargs, trace_model(model, args, kwargs))
+    c = prob.noise_scale
+    return prob, jnp.asarray(prob.X * c[:, None]), jnp.asarray(prob.offset * c), jnp.asarray(c)
+
+
+def draw_predictor(model, prob: Problem, samples_fn):
+    """Predictor for MCMC / VI: ``E[y | draw]`` and a ``y`` draw at each posterior draw.
+
+    ``samples_fn()`` returns ``(w, precision)`` with leading ``(chain, draw)`` axes."""
+
+    def predictor(rng_key, *args, **kwargs):
+        _, X, b, c = new_inputs(model, args, kwargs)
+        w, tau = samples_fn()
+        y, mean = _draw_predict(rng_key, jnp.asarray(w), jnp.asarray(tau), X, b, c, prob.likelihood == "probit")
+        return {prob.y_site: np.asarray(y), f"{prob.y_site}_mean": np.asarray(mean)}
+
+    return predictor
+
+
+@partial(jax.jit, static_argnames=("probit",))
+def _draw_predict(rng_key, w, tau, X, b, c, probit):
+    f = jnp.einsum("cdj,ij->cdi", w, X) + b
+    if probit:
+        mean = jax.scipy.stats.norm.cdf(f)
+        return jax.random.bernoulli(rng_key, mean).astype(jnp.int32), mean
+    return f + c / jnp.sqrt(tau)[..., None] * jax.random.normal(rng_key, f.shape), f
+
+
+def rhat_ess(samples: dict) -> tuple[float, float]:
+    """Largest split R-hat and smallest bulk ESS over the coordinates that vary."""
+    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+    import warnings
+
+    rhats, esss = [], []
+    with warnings.catch_warnings():  # constant coordinates divide by zero; they are masked below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _rhat_ess(samples, rhats, esss, split_gelman_rubin, effective_sample_size)
+
+
+def _rhat_ess(samples, rhats, esss, split_gelman_rubin, effective_sample_size):
+    for v in samples.values():
+        v = np.asarray(v, float)
+        if v.shape[1] < 4:
+            continue
+        varying = np.std(v.reshape(-1, *v.shape[2:]), axis=0) > 0
+        if not np.any(varying):
+            continue
+        rh = np.asarray(split_gelman_rubin(v))
+        es = np.asarray(effective_sample_size(v))
+        rhats.append(np.max(np.where(varying, rh, -np.inf)))
+        esss.append(np.min(np.where(varying, es, np.inf)))
+    return (float(max(rhats)) if rhats else float("nan")), (float(min(esss)) if esss else float("nan"))

@@ -1,0 +1,328 @@
+"""The three engine entries for spike-and-slab models, called by ``inference.ep`` /
+``inference.mcmc`` / ``inference.vi`` when :func:`~inference.spikeslab.matches` says the traced
+model holds a :class:`SpikeSlab` site. Each has the signature
+``X_posterior(model, args, kwargs, trace, **engine_options) -> Posterior``.
+
+Example:
+    >>> import numpy as np
+    >>> from probmodels.spike_slab import spike_and_slab_probit
+    >>> from inference._model import trace_model
+    >>> X = np.random.default_rng(0).normal(size=(40, 30)); y = X[:, 0] > 0
+    >>> args, kw = (X, y), {}
+    >>> post = ep_posterior(spike_and_slab_probit, args, kw, trace_model(spike_and_slab_probit, args, kw), num_samples=50)
+    >>> post.samples["z"].shape, int(np.argmax(post.approximation["inclusion_probability"]))
+    ((1, 50, 30), 0)
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference import _options
+
+from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, precision_grid, vi
+from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs, rhat_ess
+from inference.spikeslab.structure import Problem, extract
+
+EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 1000}
+
+
+def _problem(model, args, kwargs, trace, engine) -> Problem:
+    prob = extract(model, args, kwargs, trace)
+    if prob.y is None:
+        raise ValueError(f"site {prob.y_site!r}: {engine} needs observed data (pass the model's y=...)")
+    return prob
+
+
+def _check_int(value, name, minimum):
+    return _options.positive_int(value, name, minimum=minimum)
+
+
+def _not_converged(what, iterations, change, tol, hint):
+    warnings.warn(f"{what} did not converge in {iterations} sweeps (largest change {change:.3g} > tol={tol:g}); "
+                  f"{hint}", RuntimeWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------- EP
+def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=None, tol=None, max_iter=None,
+                 num_samples=1000, seed=0, progress=None, covariance="full"):
+    """EP with spike-and-slab prior sites.
+
+    Regression: exact Gaussian likelihood, full covariance (Hernandez-Lobato et al. 2015), on a
+    grid of noise precisions when the precision is unknown. Probit: ``covariance="full"`` (the
+    default; O(n^2 d) per sweep, keeps weight correlations) or ``"factorized"`` (thesis ch. 7,
+    O(n d) per sweep). ``damping`` is the step size in (0, 1] (1 = undamped); evidence method
+    ``"ep"``; draws come from the spike-and-slab family of the tilted marginals, with ``lp`` and
+    ``log_q`` for LOO. ``progress`` is accepted and ignored (one compiled loop, seconds)."""
+    if schedule not in ("parallel", "sequential"):
+        raise ValueError(f"schedule: needs 'parallel' or 'sequential', got {schedule!r}")
+    if covariance not in ("full", "factorized"):
+        raise ValueError(f"covariance: needs 'full' or 'factorized', got {covariance!r}")
+    damping = _options.unit_interval(EP_DEFAULTS["damping"] if damping is None else damping, "damping",
+                                     closed_right=True)
+    tol = _options.positive_float(EP_DEFAULTS["tol"] if tol is None else tol, "tol")
+    max_iter = _check_int(EP_DEFAULTS["max_iter"] if max_iter is None else max_iter, "max_iter", 1)
+    num_samples = _check_int(num_samples, "num_samples", 1)
+    seed = _options.seed(seed)
+    prob = _problem(model, args, kwargs, trace, "ep")
+    seq = schedule == "sequential"
+    key = jax.random.PRNGKey(seed)
+    common = {"schedule": schedule, "damping": damping}
+    if prob.likelihood == "probit":
+        return _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common,
+                          covariance)
+    if covariance != "full":
+        raise ValueError("covariance: regression EP keeps the exact Gaussian likelihood, only 'full' applies")
+    return _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common)
+
+
+def _stable_run(run, finalize, attempts, state_of=lambda s: s):
+    """Run EP with the first (damping, sequential) setting whose result is finite; a diverged run
+    (non-finite site parameters) is retried with the next setting and reported in the diagnostics,
+    never returned as NaN."""
+    for damping, seq in attempts:
+        state = run(damping, seq)
+        out = finalize(state)
+        finite = all(bool(np.all(np.isfinite(np.asarray(x)))) for x in out) and \
+            bool(np.all(np.isfinite(np.asarray(state_of(state).max_change))))
+        if finite:
+            if (damping, seq) != attempts[0]:
+                warnings.warn(f"spike-and-slab EP diverged with damping={attempts[0][0]:g}, schedule="
+                              f"{'sequential' if attempts[0][1] else 'parallel'}; used damping={damping:g}, "
+                              f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, stacklevel=4)
+            return state, out, (damping, seq)
+    raise FloatingPointError(f"spike-and-slab EP diverged (non-finite site parameters) even with damping="
+                             f"{attempts[-1][0]:g}; check the data scale (standardise the genes)")
+
+
+def _ep_diag(states, tol, incl, extra):
+    """EP diagnostics (key names as in ``inference.ep``); warns when EP did not converge."""
+    max_change = float(np.max(np.asarray(states.max_change)))
+    iterations = int(np.max(np.asarray(states.iteration)))
+    if not max_change <= tol:
+        _not_converged("spike-and-slab EP", iterations, max_change, tol,
+                       f"try a smaller damping (e.g. damping={extra['damping'] / 2:g}) or a larger max_iter")
+    return {"converged": bool(max_change <= tol), "iterations": iterations, "max_site_change": max_change,
+            "num_clipped_sites": int(np.max(np.asarray(states.num_clipped))),
+            "num_skipped_updates": int(np.max(np.asarray(states.num_skipped))), "inclusion_probability": incl,
+            **extra}
+
+
+def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common, covariance):
+    data = ep_probit.make_data(prob.X, prob.y, slab_var=prob.slab_var, p_incl=prob.p_incl, offset=prob.offset)
+    hyper = (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter))
+    start = time.perf_counter()
+    if covariance == "full":
+        if seq:
+            raise ValueError("schedule: full-covariance probit EP runs the parallel schedule; use "
+                             "covariance='factorized' for the sequential one")
+        attempts = [(damping, False)]
+        module = ep_probit_full
+    else:  # the parallel factorised schedule can diverge on correlated genes: fall back to sequential
+        attempts = [(damping, seq)] + ([] if seq else [(damping, True)])
+        module = ep_probit
+    attempts += [(damping / 2**k, attempts[-1][1]) for k in (1, 2, 3)]
+    state, out, used = _stable_run(
+        lambda dmp, sq: (module.run(data, jnp.asarray(dmp), *hyper[1:], **({"sequential": sq} if module is ep_probit
+                                                                             else {}))),
+        lambda st: module.finalize(st, data), attempts)
+    m, v, incl, a, b, log_z = (np.asarray(x) for x in out)
+    if module is ep_probit_full:
+        prob_fn = lambda X, off: ep_probit_full.predictive_probability(state, data, X, off)  # noqa: E731
+    else:
+        prob_fn = lambda X, off: ep_probit.predictive_probability(jnp.asarray(m), jnp.asarray(v), X, off)  # noqa: E731
+    common = {**common, "fit_seconds": time.perf_counter() - start, "damping_used": used[0],
+              "schedule_used": "sequential" if used[1] else "parallel"}
+    fam = family.Family(jnp.asarray(incl), jnp.asarray(a), jnp.asarray(b))
+    z, w = family.sample(key, fam, num_samples)
+    log_q = family.log_density(fam, z, w)
+
+    def predictor(rng_key, *new_args, **new_kwargs):
+        new, X, off, _ = new_inputs(model, new_args, new_kwargs)
+        p = prob_fn(X, off)
+        y = jax.random.bernoulli(rng_key, p, (1, num_samples) + p.shape).astype(jnp.int32)
+        return {prob.y_site: np.asarray(y), f"{prob.y_site}_mean": np.broadcast_to(np.asarray(p), y.shape)}
+
+    approx = {"inclusion_probability": incl, "slab_mean": a, "slab_var": b, "w_mean": m, "w_var": v}
+    return build("ep", prob, model, args, kwargs, flat_draws(prob, z, w), 1, seed, log_q=log_q,
+                 log_evidence=float(log_z), evidence_method="ep", approximation=approx, predictor=predictor,
+                 diagnostics=_ep_diag(state, tol, incl, {**common, "method": f"probit-{covariance}"}))
+
+
+def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common):
+    d = prob.num_features
+    if seq and d > ep_regression.MAX_SEQUENTIAL_FEATURES:
+        raise ValueError(f"schedule: 'sequential' stores the d x d covariance; d = {d} > "
+                         f"{ep_regression.MAX_SEQUENTIAL_FEATURES}, use 'parallel'")
+    k1, k2 = jax.random.split(key)
+    if prob.noise_prior is None:
+        data = ep_regression.make_data(prob.X, prob.y, beta=1.0, slab_var=prob.slab_var, p_incl=prob.p_incl)
+        state, out, used = _stable_run(
+            lambda dmp, sq: ep_regression.run(data, jnp.asarray(dmp), jnp.asarray(tol), jnp.asarray(max_iter),
+                                              sequential=sq),
+            lambda st: ep_regression.finalize(st, data), [(damping / 2**k, seq) for k in range(4)])
+        incl, a, b, log_z = (np.asarray(x) for x in out)
+        common = {**common, "damping_used": used[0]}
+        log_ev = float(log_z) + prob.log_scale_adjust
+        fam = family.Family(jnp.asarray(incl), jnp.asarray(a), jnp.asarray(b))
+        z, w = family.sample(k2, fam, num_samples)
+        log_q, tau, idx = family.log_density(fam, z, w), None, jnp.zeros(num_samples, jnp.int32)
+        states = jax.tree.map(lambda x: x[None], state)
+        datas, log_w = jax.tree.map(lambda x: x[None], data), np.zeros(1)
+        approx = {"inclusion_probability": incl, "slab_mean": a, "slab_var": b, "w_mean": np.asarray(state.m),
+                  "w_var": np.asarray(state.v)}
+    else:
+        fit, _, used = _stable_run(
+            lambda dmp, sq: precision_grid.fit_grid(prob.X, prob.y, slab_var=prob.slab_var, p_incl=prob.p_incl,
+                                                    noise_prior=prob.noise_prior, damping=dmp, tol=tol,
+                                                    max_iter=max_iter, sequential=sq,
+                                                    log_scale_adjust=prob.log_scale_adjust),
+            lambda f: (f.incl, f.log_weights, np.asarray(f.log_evidence), f.states.max_change),
+            [(damping / 2**k, seq) for k in range(4)], state_of=lambda f: f.states)
+        tau, idx, log_q_tau = precision_grid.sample_precision(k1, fit, num_samples)
+        idx = np.asarray(idx)
+        fam = family.Family(fit.incl_k[idx], fit.slab_mean_k[idx], fit.slab_var_k[idx])
+        z, w = family.sample(k2, fam, 1)
+        z, w = z[0], w[0]
+        log_q = family.log_density(fam, z, w) + log_q_tau
+        states, log_w, log_ev, incl = fit.states, fit.log_weights, fit.log_evidence, fit.incl
+        tau_k = np.exp(fit.log_tau)
+        datas = ep_regression.make_data(prob.X, prob.y, beta=1.0, slab_var=prob.slab_var, p_incl=prob.p_incl)
+        datas = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(tau_k),) + jnp.shape(x)), datas)
+        datas = datas._replace(beta=jnp.asarray(tau_k), slab_var=jnp.asarray(prob.slab_var[None] / tau_k[:, None]))
+        approx = {"inclusion_probability": incl, "w_mean": fit.w_mean, "w_var": fit.w_var,
+                  "precision_grid": tau_k, "precision_log_weights": log_w, "grid_inclusion_probability": fit.incl_k,
+                  "grid_slab_mean": fit.slab_mean_k, "grid_slab_var": fit.slab_var_k}
+        common = {**common, "grid_points": len(tau_k), "damping_used": used[0]}
+
+    def predictor(rng_key, *new_args, **new_kwargs):
+        _, X, off, c = new_inputs(model, new_args, new_kwargs)
+        y, y_mean = _regression_predict(rng_key, states, datas, jnp.asarray(np.exp(log_w)), jnp.asarray(idx), X, off, c)
+        return {prob.y_site: np.asarray(y)[None], f"{prob.y_site}_mean": np.broadcast_to(np.asarray(y_mean), (1,) + y.shape)}
+
+    return build("ep", prob, model, args, kwargs, flat_draws(prob, z, w, tau), 1, seed, log_q=log_q,
+                 log_evidence=log_ev, evidence_method="ep", approximation=approx, predictor=predictor,
+                 diagnostics=_ep_diag(states, tol, np.asarray(incl), {**common, "method": "gaussian-likelihood"}))
+
+
+@jax.jit
+def _regression_predict(rng_key, states, datas, weights, idx, X, off, c):
+    """Predictive of the EP grid mixture: a draw per posterior draw (its grid cell) and the mean."""
+    Xs = X / c[:, None]  # unit-noise form, as the states were fitted
+    mean_k, var_k = jax.vmap(lambda s, dd: ep_regression.predictive(s, dd, Xs))(states, datas)
+    mean_k = mean_k * c + off
+    var_k = var_k * c**2 + c**2 / datas.beta[:, None]
+    y = mean_k[idx] + jnp.sqrt(var_k[idx]) * jax.random.normal(rng_key, (idx.shape[0], X.shape[0]))
+    return y, weights @ mean_k
+
+
+# --------------------------------------------------------------------------- MCMC
+def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1000, num_chains=4, seed=0,
+                   progress=None):
+    """Collapsed Gibbs (see ``inference.spikeslab.gibbs``): one draw per full scan."""
+    num_samples = _check_int(num_samples, "num_samples", 1)
+    num_warmup = _check_int(num_warmup, "num_warmup", 0)
+    num_chains = _check_int(num_chains, "num_chains", 1)
+    seed = _options.seed(seed)
+    prob = _problem(model, args, kwargs, trace, "mcmc")
+    if prob.likelihood == "probit":
+        data, cfg = gibbs.probit_data(prob.X, prob.y, p_incl=prob.p_incl, slab_var=prob.slab_var, offset=prob.offset)
+    else:
+        data, cfg = gibbs.regression_data(prob.X, prob.y, p_incl=prob.p_incl, slab_var=prob.slab_var,
+                                          noise_prior=prob.noise_prior)
+    key = jax.random.PRNGKey(seed)
+    k_init, k_warm, k_draw = jax.random.split(key, 3)
+    states = jax.vmap(lambda k: gibbs.init(k, data, cfg))(jax.random.split(k_init, num_chains))
+    start = time.perf_counter()
+    states, (z, w, tau, flips) = _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples,
+                                          _options.progress(progress))
+    sampling_seconds = time.perf_counter() - start
+    z = np.asarray(z, np.int32)
+    incl = z.mean(axis=(0, 1))
+    draws = {"z": z, "w": np.asarray(w)} | ({"precision": np.asarray(tau)} if cfg.gamma else {})
+    max_rhat, min_ess = rhat_ess(draws)
+    diag = {"converged": bool(np.isfinite(max_rhat) and max_rhat < 1.05) or not np.isfinite(max_rhat),
+            "divergences": 0, "max_rhat": max_rhat, "min_ess": min_ess, "inclusion_probability": incl,
+            "mean_flips_per_scan": float(np.mean(np.asarray(flips))), "sampler": "collapsed-gibbs",
+            "sampling_seconds": sampling_seconds}
+    flat = flat_draws(prob, z.reshape(-1, z.shape[-1]), np.asarray(w).reshape(-1, z.shape[-1]),
+                      np.asarray(tau).reshape(-1) if cfg.gamma else None)
+    w_c, tau_c = np.asarray(w), np.asarray(tau)
+    return build("mcmc", prob, model, args, kwargs, flat, num_chains, seed, diagnostics=diag,
+                 predictor=draw_predictor(model, prob, lambda: (w_c, tau_c)))
+
+
+def _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples, progress, chunk=100):
+    """Warmup then sampling: one compiled program, or chunks of ``chunk`` scans with a progress bar."""
+    nc = states.z.shape[0]
+    if not progress:
+        states, out = gibbs.sample_chains(jax.random.split(k_draw, nc), states, data, cfg, num_warmup, num_samples)
+        return states, jax.tree.map(np.asarray, out)
+    sizes = lambda total: [chunk] * (total // chunk) + ([total % chunk] if total % chunk else []) \
+        if progress else ([total] if total else [])  # noqa: E731
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="scan")
+    for i, size in enumerate(sizes(num_warmup)):
+        states, _ = gibbs.run_chains(jax.random.split(jax.random.fold_in(k_warm, i), nc), states, data, cfg, size, False)
+        bar is not None and bar.update(size)
+    outs = []
+    for i, size in enumerate(sizes(num_samples)):
+        states, out = gibbs.run_chains(jax.random.split(jax.random.fold_in(k_draw, i), nc), states, data, cfg, size,
+                                       True)
+        outs.append(jax.tree.map(np.asarray, out))
+        bar is not None and bar.update(size)
+    if bar is not None:
+        bar.close()
+    return states, tuple(np.concatenate(parts, axis=1) for parts in zip(*outs))
+
+
+# --------------------------------------------------------------------------- VI
+def vi_posterior(model, args, kwargs, trace, *, steps=1000, seed=0, num_samples=1000, progress=None, tol=1e-6,
+                 guide=None, optimizer=None):
+    """Coordinate-ascent VI in the mean-field Bernoulli-Gaussian family (``inference.spikeslab.vi``);
+    ``steps`` bounds the sweeps; evidence method ``"elbo"``. ``guide`` / ``optimizer`` are accepted
+    for the generic signature: only ``None`` / ``"normal"`` (the default) are meaningful here."""
+    if guide not in (None, "normal", "spike_slab"):
+        raise ValueError(f"guide: spike-and-slab models use the mean-field Bernoulli-Gaussian family; got {guide!r}")
+    if optimizer is not None:
+        raise ValueError("optimizer: spike-and-slab VI is closed-form coordinate ascent and takes no optimizer")
+    steps = _check_int(steps, "steps", 1)
+    num_samples = _check_int(num_samples, "num_samples", 1)
+    seed = _options.seed(seed)
+    tol = _options.positive_float(tol, "tol")
+    prob = _problem(model, args, kwargs, trace, "vi")
+    data, cfg = vi.make_data(prob.X, prob.y, slab_var=prob.slab_var, p_incl=prob.p_incl, offset=prob.offset,
+                             noise_prior=prob.noise_prior, probit=prob.likelihood == "probit")
+    state = vi.run(data, cfg, jnp.asarray(tol), jnp.asarray(steps))
+    fam = family.Family(state.alpha, state.mu, state.s2)
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    z, w = family.sample(k1, fam, num_samples)
+    log_q = family.log_density(fam, z, w)
+    tau = None
+    approx = {"inclusion_probability": np.asarray(state.alpha), "slab_mean": np.asarray(state.mu),
+              "slab_var": np.asarray(state.s2)}
+    if cfg.gamma:
+        tau = jax.random.gamma(k2, state.shape, (num_samples,)) / state.rate
+        log_q = log_q + family.gamma_log_density(tau, state.shape, state.rate)
+        approx |= {"precision_shape": np.asarray(state.shape), "precision_rate": np.asarray(state.rate)}
+    iters = int(state.iteration)
+    if not float(state.max_change) <= tol:
+        _not_converged("spike-and-slab VI", iters, float(state.max_change), tol, "raise steps")
+    elbo = float(state.elbo) + prob.log_scale_adjust
+    trace_elbo = np.asarray(state.elbo_trace)[: min(iters, vi.TRACE_LEN)] + prob.log_scale_adjust
+    diag = {"converged": bool(state.max_change <= tol), "elbo": elbo, "elbo_trace": trace_elbo,
+            "iterations": iters, "max_change": float(state.max_change),
+            "inclusion_probability": np.asarray(state.alpha), "method": "cavi-bernoulli-gaussian"}
+    w_c = np.asarray(w)[None]
+    tau_c = np.ones((1, num_samples)) if tau is None else np.asarray(tau)[None]
+    return build("vi", prob, model, args, kwargs, flat_draws(prob, z, w, tau), 1, seed, log_q=log_q,
+                 log_evidence=elbo, evidence_method="elbo",
+                 diagnostics=diag, approximation=approx, predictor=draw_predictor(model, prob, lambda: (w_c, tau_c)))

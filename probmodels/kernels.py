@@ -1,0 +1,359 @@
+"""Composable covariance kernels (tinygp style) and a positive-definiteness check with jitter.
+
+A kernel is written for one pair of points (``kernel.evaluate(x1, x2)`` on feature vectors) and
+``vmap`` batches it: ``kernel(X1, X2)`` is the ``(n1, n2)`` Gram matrix. Kernels are frozen
+dataclasses registered as pytrees whose leaves are the hyperparameters, so a kernel can be passed
+through ``jax.jit`` / ``grad`` and its hyperparameters traced. ``+`` and ``*`` build sums and
+products; a number times a kernel scales it.
+
+Hyperparameters are checked when a kernel is built from concrete values (positive lengthscale,
+variance, ...); under tracing the checks step aside.
+
+Example:
+    >>> import numpy as np
+    >>> from probmodels.kernels import RBF, Linear, Matern, gram
+    >>> X = np.linspace(-1, 1, 5)[:, None]
+    >>> k = RBF(lengthscale=0.5) + 0.1 * Linear()
+    >>> k(X, X).shape
+    (5, 5)
+    >>> K, jitter = gram(Matern(nu=2.5), X)
+    >>> bool(jitter >= 0)
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Kernel", "RBF", "Linear", "Polynomial", "Matern", "Constant", "Sum", "Product",
+    "gram", "positive_definite_jitter",
+]  # fmt: skip
+
+
+def _traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _check_positive(value, name: str, kernel: str, *, allow_zero: bool = False):
+    """Concrete hyperparameters must be finite and positive (scalars or ARD vectors)."""
+    if _traced(value):
+        return value
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{kernel}: {name} must be a positive number, got {value!r}") from exc
+    if arr.ndim > 1:
+        raise ValueError(f"{kernel}: {name} must be a scalar or a 1-D (per-feature) array, got shape {arr.shape}")
+    ok = np.all(np.isfinite(arr)) and (np.all(arr >= 0) if allow_zero else np.all(arr > 0))
+    if not ok:
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{kernel}: {name} must be {bound} and finite, got {value!r}")
+    return value
+
+
+def _safe_norm(d2):
+    """sqrt with a finite gradient at 0 (coincident points)."""
+    pos = d2 > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
+
+
+def _pytree(cls):
+    """Register a frozen dataclass as a pytree: ``_leaves`` are traced, ``_static`` are not.
+
+    Unflattening bypasses ``__init__`` (JAX rebuilds trees with placeholder leaves)."""
+    leaves, static = cls._leaves, cls._static
+
+    def flatten(k):
+        return tuple(getattr(k, n) for n in leaves), tuple(getattr(k, n) for n in static)
+
+    def unflatten(aux, children):
+        obj = object.__new__(cls)
+        for n, v in zip(leaves, children):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(static, aux):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_node(cls, flatten, unflatten)
+    return cls
+
+
+class Kernel:
+    """Base class: subclasses define ``evaluate(x1, x2)`` for two 1-D feature vectors."""
+
+    _leaves: tuple = ()
+    _static: tuple = ()
+
+    def evaluate(self, x1, x2):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, X1, X2=None):
+        """Gram matrix ``(n1, n2)``; 1-D inputs are treated as ``(n, 1)``; ``X2=None`` means X1."""
+        X1 = _as_points(X1, "X1")
+        X2 = X1 if X2 is None else _as_points(X2, "X2")
+        if X1.shape[1] != X2.shape[1]:
+            raise ValueError(f"X1 has {X1.shape[1]} features but X2 has {X2.shape[1]}")
+        row = jax.vmap(self.evaluate, in_axes=(None, 0))
+        return jax.vmap(row, in_axes=(0, None))(X1, X2)
+
+    def diag(self, X):
+        """``k(x_i, x_i)`` for every row, without building the Gram matrix."""
+        X = _as_points(X, "X")
+        return jax.vmap(lambda x: self.evaluate(x, x))(X)
+
+    def __add__(self, other):
+        if isinstance(other, numbers.Real):
+            return Sum(self, Constant(other))
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Sum(self, other)
+
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        if isinstance(other, numbers.Real) or (hasattr(other, "shape") and np.ndim(other) == 0):
+            return Product(Constant(other), self)
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Product(self, other)
+
+    __rmul__ = __mul__
+
+    def __repr__(self):
+        def show(v):
+            if _traced(v):
+                return "<traced>"
+            a = np.asarray(v)
+            return f"{a.item():g}" if a.ndim == 0 else np.array2string(a, precision=3)
+
+        parts = [f"{n}={show(getattr(self, n))}" for n in self._leaves]
+        parts += [f"{n}={getattr(self, n)!r}" for n in self._static]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _as_points(X, name):
+    if not _traced(X) and not isinstance(X, jax.Array):
+        X = np.asarray(X, dtype=float)
+    X = jnp.asarray(X)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_points, n_features), got shape {X.shape}")
+    return X
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class RBF(Kernel):
+    """Squared exponential ``variance * exp(-||x1 - x2||^2 / (2 lengthscale^2))``.
+
+    ``lengthscale`` may be a per-feature vector (ARD)."""
+
+    lengthscale: object = 1.0
+    variance: object = 1.0
+    _leaves = ("lengthscale", "variance")
+
+    def __post_init__(self):
+        _check_positive(self.lengthscale, "lengthscale", "RBF")
+        _check_positive(self.variance, "variance", "RBF")
+
+    def evaluate(self, x1, x2):
+        d = (x1 - x2) / self.lengthscale
+        return self.variance * jnp.exp(-0.5 * jnp.sum(d * d))
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Matern(Kernel):
+    """Matérn kernel with ``nu`` in {1/2, 3/2, 5/2}; ``r = ||x1 - x2|| / lengthscale``:
+
+    nu=1/2: ``v exp(-r)``; nu=3/2: ``v (1 + sqrt3 r) exp(-sqrt3 r)``;
+    nu=5/2: ``v (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r)``."""
+
+    nu: float = 1.5
+    lengthscale: object = 1.0
+    variance: object = 1.0
+    _leaves = ("lengthscale", "variance")
+    _static = ("nu",)
+
+    def __post_init__(self):
+        if self.nu not in (0.5, 1.5, 2.5):
+            raise ValueError(f"Matern: nu must be 0.5, 1.5 or 2.5, got {self.nu!r}")
+        object.__setattr__(self, "nu", float(self.nu))
+        _check_positive(self.lengthscale, "lengthscale", "Matern")
+        _check_positive(self.variance, "variance", "Matern")
+
+    def evaluate(self, x1, x2):
+        d = (x1 - x2) / self.lengthscale
+        r = _safe_norm(jnp.sum(d * d))
+        if self.nu == 0.5:
+            k = jnp.exp(-r)
+        elif self.nu == 1.5:
+            s = jnp.sqrt(3.0) * r
+            k = (1.0 + s) * jnp.exp(-s)
+        else:
+            s = jnp.sqrt(5.0) * r
+            k = (1.0 + s + s * s / 3.0) * jnp.exp(-s)
+        return self.variance * k
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Linear(Kernel):
+    """Linear kernel ``bias + variance * <x1, x2>`` (Bayesian linear model in function space)."""
+
+    variance: object = 1.0
+    bias: object = 0.0
+    _leaves = ("variance", "bias")
+
+    def __post_init__(self):
+        _check_positive(self.variance, "variance", "Linear")
+        _check_positive(self.bias, "bias", "Linear", allow_zero=True)
+
+    def evaluate(self, x1, x2):
+        return self.bias + self.variance * jnp.dot(x1, x2)
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Polynomial(Kernel):
+    """Polynomial kernel ``variance * (bias + <x1, x2>)^degree`` (``degree`` a positive int)."""
+
+    degree: int = 2
+    variance: object = 1.0
+    bias: object = 1.0
+    _leaves = ("variance", "bias")
+    _static = ("degree",)
+
+    def __post_init__(self):
+        if isinstance(self.degree, bool) or not isinstance(self.degree, numbers.Integral) or self.degree < 1:
+            raise ValueError(f"Polynomial: degree must be a positive integer, got {self.degree!r}")
+        _check_positive(self.variance, "variance", "Polynomial")
+        _check_positive(self.bias, "bias", "Polynomial", allow_zero=True)
+
+    def evaluate(self, x1, x2):
+        return self.variance * (self.bias + jnp.dot(x1, x2)) ** self.degree
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Constant(Kernel):
+    """Constant kernel ``value`` (non-negative); ``c * k`` is ``Product(Constant(c), k)``."""
+
+    value: object = 1.0
+    _leaves = ("value",)
+
+    def __post_init__(self):
+        _check_positive(self.value, "value", "Constant", allow_zero=True)
+
+    def evaluate(self, x1, x2):
+        return jnp.asarray(self.value, dtype=jnp.result_type(x1, float))
+
+
+def _check_operands(k):
+    for name in ("k1", "k2"):
+        if not isinstance(getattr(k, name), Kernel):
+            raise TypeError(f"{type(k).__name__}: {name} must be a Kernel, got {type(getattr(k, name)).__name__}")
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Sum(Kernel):
+    """``k1(x1, x2) + k2(x1, x2)``."""
+
+    k1: Kernel
+    k2: Kernel
+    _leaves = ("k1", "k2")
+
+    def __post_init__(self):
+        _check_operands(self)
+
+    def evaluate(self, x1, x2):
+        return self.k1.evaluate(x1, x2) + self.k2.evaluate(x1, x2)
+
+    def __repr__(self):
+        return f"({self.k1!r} + {self.k2!r})"
+
+
+@_pytree
+@dataclasses.dataclass(frozen=True, repr=False, eq=False)
+class Product(Kernel):
+    """``k1(x1, x2) * k2(x1, x2)``."""
+
+    k1: Kernel
+    k2: Kernel
+    _leaves = ("k1", "k2")
+
+    def __post_init__(self):
+        _check_operands(self)
+
+    def evaluate(self, x1, x2):
+        return self.k1.evaluate(x1, x2) * self.k2.evaluate(x1, x2)
+
+    def __repr__(self):
+        return f"({self.k1!r} * {self.k2!r})"
+
+
+# --------------------------------------------------------------------------- positive definiteness
+
+BASE_JITTER = {np.dtype("float64"): 1e-6, np.dtype("float32"): 1e-4}
+MAX_JITTER = 1e-2
+
+
+def positive_definite_jitter(K, *, name: str = "K", base: float | None = None, maximum: float = MAX_JITTER) -> float:
+    """Smallest jitter (relative to the mean diagonal) on the ladder ``base, 10 base, ..., maximum``
+    that makes ``K + jitter I`` Cholesky-factorisable; returns the absolute jitter added.
+
+    The check runs in the dtype JAX will use (float32 unless x64 is on). ``K`` must be finite and
+    symmetric; a matrix that stays non-PD at ``maximum`` raises a ValueError naming ``name``.
+    """
+    K = np.asarray(K)
+    dtype = np.dtype(jnp.asarray(K[:1, :1] if K.ndim == 2 else K).dtype)
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"{name} must be a square matrix, got shape {K.shape}")
+    if not np.all(np.isfinite(K)):
+        raise ValueError(f"{name} contains NaN or inf")
+    scale = float(np.mean(np.diag(K))) if K.shape[0] else 1.0
+    if not scale > 0:
+        raise ValueError(f"{name} is not positive definite: its mean diagonal is {scale:g}")
+    asym = np.max(np.abs(K - K.T)) if K.size else 0.0
+    if asym > 1e-6 * scale:
+        raise ValueError(f"{name} is not symmetric (max |K - K^T| = {asym:.3g})")
+    base = BASE_JITTER.get(dtype, 1e-6) if base is None else float(base)
+    Kd = K.astype(dtype)
+    rel = base
+    while rel <= maximum * (1 + 1e-12):
+        jitter = rel * scale
+        try:
+            L = np.linalg.cholesky(Kd + jitter * np.eye(K.shape[0], dtype=dtype))
+            if np.all(np.isfinite(L)):
+                return float(jitter)
+        except np.linalg.LinAlgError:
+            pass
+        rel *= 10.0
+    min_eig = float(np.linalg.eigvalsh(0.5 * (K + K.T).astype(float))[0])
+    raise ValueError(
+        f"{name} is not positive definite even with jitter {maximum:g} x mean diagonal "
+        f"(smallest eigenvalue {min_eig:.3g}, mean diagonal {scale:.3g}); check the kernel and its "
+        f"hyperparameters"
+    )
+
+
+def gram(kernel: Kernel, X, *, name: str | None = None) -> tuple:
+    """``(K + jitter I, jitter)`` for ``K = kernel(X, X)``, with the jitter from
+    :func:`positive_definite_jitter` (or the base jitter when ``K`` is traced)."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a probmodels.kernels.Kernel, got {type(kernel).__name__}")
+    K = kernel(X, X)
+    label = name or f"kernel matrix of {kernel!r}"
+    if _traced(K):
+        jitter = BASE_JITTER.get(np.dtype(K.dtype), 1e-6) * jnp.mean(jnp.diag(K))
+    else:
+        jitter = positive_definite_jitter(np.asarray(K), name=label)
+    return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter

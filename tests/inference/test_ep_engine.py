@@ -1,0 +1,346 @@
+"""The EP engine end to end (inference/ep/update.py, gaussian.py, evidence.py, driver.py): exact
+cases, schedule agreement, evidence against brute force and importance sampling, robustness,
+compilation counts and the Posterior contract. Tolerances are stated per test."""
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from jax.scipy.stats import norm
+from numpyro.infer.util import log_density
+from scipy import stats
+from scipy.special import log_ndtr, logsumexp
+
+from inference.ep.update import TRACE_COUNT, update
+from inference.ep.driver import ep
+from inference.ep.problem import EPProblem, SiteGroup
+from inference.ep.state import EPState
+
+QUIET = dict(progress=False)
+
+
+# --------------------------------------------------------------------------- models used here
+def toy(normalised=False):
+    """Thesis ch. 5: P(D, t) = Phi(5 t) N(t | 0, 1), times sqrt(2 pi) for the unnormalised prior."""
+    t = numpyro.sample("t", dist.Normal(0.0, 1.0))
+    if not normalised:
+        numpyro.factor("unnormalised_prior", 0.5 * jnp.log(2 * jnp.pi))
+    numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(5.0 * t)), obs=1)
+
+
+def probit_regression(X, y=None):
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(X @ w)), obs=y)
+
+
+def linear_regression(X, y=None, noise=0.5, prior_scale=1.5):
+    w = numpyro.sample("w", dist.Normal(0.0, prior_scale).expand([X.shape[1]]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(1.0, 2.0))
+    numpyro.sample("y", dist.Normal(X @ w + b, noise), obs=y)
+
+
+def rbf(X, lengthscale=1.0, variance=1.0):
+    d2 = jnp.sum((X[:, None, :] - X[None, :, :]) ** 2, axis=-1)
+    return variance * jnp.exp(-0.5 * d2 / lengthscale**2) + 1e-6 * jnp.eye(X.shape[0])
+
+
+def gp_probit(X, y=None):
+    f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(X.shape[0]), rbf(X)))
+    numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(f)), obs=y)
+
+
+def student_regression(X, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.StudentT(3.0, X @ w, 0.3), obs=y)
+
+
+@pytest.fixture(scope="module")
+def probit_data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    y = (rng.uniform(size=80) < norm.cdf(X @ np.array([1.0, -0.7, 0.4]))).astype(float)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def gp_data():
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, size=(40, 2))
+    y = (np.sin(2 * X[:, 0]) + X[:, 1] > 0).astype(float)
+    return X, y
+
+
+# --------------------------------------------------------------------------- exact cases
+@pytest.mark.parametrize("schedule", ["parallel", "sequential"])
+def test_thesis_toy_is_exact(schedule):
+    # One site: EP is exact. Thesis values: Z = 1.2533141 (unnormalised prior), mean 0.7823902,
+    # variance 0.3878656; 0.5 for the normalised prior. Tolerance 1e-5 (absolute).
+    post = ep(toy, schedule=schedule, tol=1e-10, **QUIET)
+    assert post.diagnostics["converged"] and post.diagnostics["site_kinds"]["y"] == "probit"
+    assert abs(np.exp(post.log_evidence) - 1.2533141) < 1e-5
+    assert abs(post.approximation["mean"][0] - 0.7823902) < 1e-5
+    assert abs(post.approximation["cov"][0, 0] - 0.3878656) < 1e-5
+    assert post.evidence_method == "ep"
+    normalised = ep(toy, normalised=True, schedule=schedule, tol=1e-10, **QUIET)
+    assert abs(np.exp(normalised.log_evidence) - 0.5) < 1e-5
+
+
+def _exact_linear(X, y, noise=0.5, prior_scale=1.5):
+    """Closed-form posterior and evidence of linear_regression over u = (w, b)."""
+    Z = np.column_stack([X, np.ones(len(X))])
+    m0 = np.r_[np.zeros(X.shape[1]), 1.0]
+    S0 = np.diag(np.r_[np.full(X.shape[1], prior_scale**2), 4.0])
+    cov = np.linalg.inv(np.linalg.inv(S0) + Z.T @ Z / noise**2)
+    mean = cov @ (np.linalg.solve(S0, m0) + Z.T @ y / noise**2)
+    log_z = stats.multivariate_normal(Z @ m0, Z @ S0 @ Z.T + noise**2 * np.eye(len(y))).logpdf(y)
+    return mean, cov, log_z
+
+
+@pytest.mark.parametrize("n,d", [(30, 3), (3, 6)])  # weight space (n > d + 1), function space (n <= d + 1)
+def test_gaussian_likelihood_is_exact(n, d):
+    # Gaussian sites are exact: mean, covariance and log evidence to 1e-8 in both working spaces.
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + 0.5 * rng.normal(size=n)
+    post = ep(linear_regression, X, y, tol=1e-12, **QUIET)
+    mean, cov, log_z = _exact_linear(X, y)
+    assert post.diagnostics["space"] == ("weight" if n > d + 1 else "function")
+    assert post.diagnostics["site_kinds"]["y"] == "gaussian"
+    np.testing.assert_allclose(post.approximation["mean"], mean, atol=1e-8)
+    np.testing.assert_allclose(post.approximation["cov"], cov, atol=1e-8)
+    assert abs(post.log_evidence - log_z) < 1e-8
+
+
+# --------------------------------------------------------------------------- schedules
+def _fixed_point(post):
+    a = post.approximation
+    return a["site_tau"], a["site_nu"], a["mean"], a["cov"], post.log_evidence
+
+
+@pytest.mark.parametrize("model,data", [(probit_regression, "probit_data"), (gp_probit, "gp_data"),
+                                        (student_regression, None)])
+def test_sequential_and_parallel_reach_the_same_fixed_point(model, data, request):
+    # Same site parameters, moments and evidence to 1e-5 (both run to tol=1e-10).
+    if data is None:
+        rng = np.random.default_rng(3)
+        X = rng.normal(size=(40, 2))
+        y = X @ np.array([1.0, -1.0]) + 0.3 * rng.standard_t(3, size=40)
+        y[:3] += 8.0  # outliers: non-log-concave sites with negative site precisions
+    else:
+        X, y = request.getfixturevalue(data)
+    par = ep(model, X, y, schedule="parallel", tol=1e-10, **QUIET)
+    seq = ep(model, X, y, schedule="sequential", tol=1e-10, **QUIET)
+    assert par.diagnostics["converged"] and seq.diagnostics["converged"]
+    for a, b in zip(_fixed_point(par), _fixed_point(seq)):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    if model is student_regression:
+        assert np.any(par.approximation["site_tau"] < 0)  # the negative-precision path was used
+
+
+# --------------------------------------------------------------------------- evidence
+def test_log_evidence_matches_brute_force_and_importance_sampling():
+    # 2-D probit regression: EP log Z within 0.1 nats of a grid integral and of an importance
+    # sampling estimate (proposal: EP Gaussian with doubled covariance, 200k draws, MC SE < 0.01).
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(25, 2))
+    y = (rng.uniform(size=25) < norm.cdf(X @ np.array([1.5, -1.0]))).astype(float)
+    post = ep(probit_regression, X, y, tol=1e-10, **QUIET)
+    s = 2 * y - 1
+
+    def log_joint(W):  # W: (k, 2)
+        return log_ndtr(s * (W @ X.T)).sum(axis=1) + stats.multivariate_normal(np.zeros(2), np.eye(2)).logpdf(W)
+
+    g = np.linspace(-6, 6, 601)
+    W = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    grid = logsumexp(log_joint(W)) + 2 * np.log(g[1] - g[0])
+    q = stats.multivariate_normal(post.approximation["mean"], 2 * post.approximation["cov"])
+    draws = q.rvs(size=200_000, random_state=np.random.default_rng(6))
+    log_w = log_joint(draws) - q.logpdf(draws)
+    is_est = logsumexp(log_w) - np.log(len(log_w))
+    w = np.exp(log_w - log_w.max())
+    se = np.std(w) / np.sqrt(len(w)) / np.mean(w)  # delta method: SE of log of the mean
+    assert se < 0.01
+    assert abs(grid - is_est) < 4 * se + 1e-3
+    assert abs(post.log_evidence - grid) < 0.1
+    assert abs(post.log_evidence - is_est) < 0.1
+
+
+# --------------------------------------------------------------------------- robustness
+def test_skipped_updates_are_counted_never_nan():
+    # Site 0's precision exceeds its marginal precision: its cavity variance would be negative.
+    p = EPProblem("function", None, jnp.eye(3), jnp.zeros(3), (SiteGroup("probit", {"s": jnp.ones(3)}),))
+    tau = jnp.array([20.0, 0.0, 0.0])  # marginal precision of site 0 is 10
+    state = EPState(tau, jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.diag(jnp.array([0.1, 1.0, 1.0])))
+    for schedule in ("parallel", "sequential"):
+        new, info = update(p, state, 0.5, schedule)
+        assert int(info.num_skipped) == 1
+        assert float(new.tau[0]) == 20.0 and np.all(np.isfinite(np.asarray(new.cov)))
+
+
+def test_nonconvergence_warns_and_stays_finite(probit_data):
+    X, y = probit_data
+    with pytest.warns(RuntimeWarning, match="did not converge.*damping"):
+        post = ep(probit_regression, X, y, max_iter=2, **QUIET)
+    assert post.diagnostics["converged"] is False and post.diagnostics["iterations"] == 2
+    assert np.all(np.isfinite(post.samples["w"])) and np.isfinite(post.log_evidence)
+
+
+def test_damping_tol_and_max_iter_do_not_recompile(probit_data):
+    X, y = probit_data
+    ep(probit_regression, X, y, **QUIET)  # compiles (or reuses) the loop for this structure
+    before = TRACE_COUNT["run"]
+    a = ep(probit_regression, X, y, damping=0.3, tol=1e-8, max_iter=500, **QUIET)
+    b = ep(probit_regression, X, y[::-1].copy(), damping=0.9, tol=1e-4, max_iter=50, seed=3, **QUIET)
+    assert TRACE_COUNT["run"] == before
+    assert a.diagnostics["converged"] and b.diagnostics["converged"]
+    ep(probit_regression, X[:57], y[:57], **QUIET)  # new shapes: one new program (the counter works)
+    assert TRACE_COUNT["run"] == before + 1
+
+
+def test_progress_bar_runs_in_chunks_with_the_same_result(probit_data, monkeypatch):
+    X, y = probit_data
+    quiet = ep(probit_regression, X, y, tol=1e-9, progress=False)
+    loud = ep(probit_regression, X, y, tol=1e-9, progress=True)
+    assert loud.diagnostics["iterations"] == quiet.diagnostics["iterations"]
+    np.testing.assert_allclose(loud.approximation["mean"], quiet.approximation["mean"], atol=1e-12)
+
+
+def test_options_are_checked_before_tracing(probit_data):
+    X, y = probit_data
+    for bad, exc in [(dict(damping=0.0), ValueError), (dict(damping=1.5), ValueError), (dict(tol=-1.0), ValueError),
+                     (dict(max_iter=0), ValueError), (dict(schedule="random"), ValueError),
+                     (dict(num_samples=0), ValueError), (dict(seed=1.5), TypeError)]:
+        with pytest.raises(exc, match=list(bad)[0]):
+            ep(probit_regression, X, y, **bad, **QUIET)
+    with pytest.raises(ValueError, match="model_kwargs"):
+        ep(linear_regression, X, y, noise=1.0, model_kwargs={"noise": 2.0}, **QUIET)
+
+
+# --------------------------------------------------------------------------- Posterior contract
+def test_posterior_contract(probit_data, tmp_path):
+    import inference
+
+    X, y = probit_data
+    post = inference.ep(probit_regression, X, y, num_samples=400, seed=2, **QUIET)  # the public name
+    assert post.engine == "ep" and post.samples["w"].shape == (1, 400, 3)
+    assert post.log_likelihood["y"].shape == (1, 400, 80)
+    lp, log_q = post.sample_stats["lp"][0], post.sample_stats["log_q"][0]
+    draws = post.samples["w"][0]
+    want_q = stats.multivariate_normal(post.approximation["mean"], post.approximation["cov"]).logpdf(draws[:5])
+    np.testing.assert_allclose(log_q[:5], want_q, rtol=1e-8)
+    want_lp = [float(log_density(probit_regression, (X, y), {}, {"w": d})[0]) for d in draws[:3]]
+    np.testing.assert_allclose(lp[:3], want_lp, rtol=1e-8)
+    assert set(post.diagnostics) >= {"converged", "iterations", "max_site_change", "num_skipped_updates"}
+    # draws follow the EP Gaussian: sample mean within 4 MC standard errors
+    se = np.sqrt(np.diag(post.approximation["cov"]) / 400)
+    assert np.all(np.abs(draws.mean(0) - post.approximation["mean"]) < 4 * se)
+    dt = post.to_arviz()
+    res = az.loo_approximate_posterior(dt, log_p=dt.sample_stats["lp"], log_q=dt.sample_stats["log_q"])
+    assert np.isfinite(res.elpd)
+    post.save(tmp_path / "ep.nc")
+    back = inference.load(tmp_path / "ep.nc")
+    assert back.engine == "ep" and back.log_evidence == post.log_evidence and back.evidence_method == "ep"
+    np.testing.assert_array_equal(back.approximation["cov"], post.approximation["cov"])
+    assert back.diagnostics["site_kinds"] == {"y": "probit"}
+
+
+def test_predict_weight_space_matches_the_probit_predictive(probit_data):
+    # P(y=1 | x) = Phi(x^T m / sqrt(1 + x^T S x)) under the EP Gaussian: within 4 MC SE (4000 draws).
+    X, y = probit_data
+    post = ep(probit_regression, X, y, num_samples=4000, **QUIET)
+    Xn = np.array([[0.5, -1.0, 0.2], [-2.0, 0.3, 1.0]])
+    pp = post.predict(Xn)
+    m, S = post.approximation["mean"], post.approximation["cov"]
+    want = norm.cdf(Xn @ m / np.sqrt(1 + np.einsum("ij,jk,ik->i", Xn, S, Xn)))
+    got = pp["y"].values.mean(axis=(0, 1))
+    assert np.all(np.abs(got - want) < 4 * np.sqrt(want * (1 - want) / 4000))
+
+
+def test_predict_gp_conditions_on_the_training_latent(gp_data):
+    # f* | data under EP: mean K*n K^-1 mu, var k** - K*n K^-1 (K - S) K^-1 Kn*; draws within 4 MC SE
+    # (mean) and 10% (sd). Predicting at training inputs reproduces q(f).
+    X, y = gp_data
+    post = ep(gp_probit, X, y, num_samples=4000, **QUIET)
+    Xn = np.array([[0.1, 0.2], [1.5, -1.0], [-6.0, 6.0]])
+    pp = post.predict(Xn)
+    K = np.asarray(rbf(jnp.asarray(np.vstack([X, Xn]))))
+    n = len(X)
+    A = np.linalg.solve(K[:n, :n], K[:n, n:]).T
+    mu, S = post.approximation["mean"], post.approximation["cov"]
+    mean = A @ mu
+    var = np.diag(K[n:, n:] - A @ (K[:n, :n] - S) @ A.T)
+    f = pp["f"].values[0]
+    assert np.all(np.abs(f.mean(0) - mean) < 4 * np.sqrt(var / 4000))
+    np.testing.assert_allclose(f.std(0), np.sqrt(var), rtol=0.1)
+    assert abs(var[2] - 1.0) < 1e-3  # far from the data the prior comes back
+    same = post.predict(X[:5])
+    np.testing.assert_allclose(same["f"].values[0].mean(0), mu[:5], atol=4 * np.sqrt(np.diag(S)[:5].max() / 4000))
+
+
+def test_predict_gp_needs_the_training_hyperparameters(gp_data):
+    X, y = gp_data
+
+    def gp_scaled(X, y=None, variance=1.0):
+        f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(X.shape[0]), rbf(X, variance=variance)))
+        numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(f)), obs=y)
+
+    post = ep(gp_scaled, X, y, variance=2.0, num_samples=50, **QUIET)
+    with pytest.raises(ValueError, match="same hyperparameters"):
+        post.predict(X[:3])
+    assert post.predict(X[:3], variance=2.0)["f"].shape[-1] == 3
+
+
+def test_runs_under_float32():
+    # Everything runs with JAX's default single precision too (closed forms and quadrature).
+    X = np.random.default_rng(0).normal(size=(30, 2)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(np.float32)
+    with jax.enable_x64(False):
+        post = ep(probit_regression, X, y, tol=1e-4, num_samples=50, **QUIET)
+        logistic = ep(_logistic, X, y, tol=1e-4, num_samples=50, **QUIET)
+    for p in (post, logistic):
+        assert p.diagnostics["converged"] and np.all(np.isfinite(p.approximation["mean"]))
+    assert post.diagnostics["site_kinds"]["y"] == "probit"
+    assert logistic.diagnostics["site_kinds"]["y"] == "quadrature"
+
+
+def _logistic(X, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+# --------------------------------------------------------------------------- dispatch
+def test_dedicated_engines_are_dispatched(monkeypatch):
+    import sys
+    import types
+
+    from inference import _special
+    from inference.distributions import NoisyStep
+
+    calls = []
+
+    def fake(model, args, kwargs, trace, **options):
+        calls.append((model, args, kwargs, sorted(trace), options))
+        return "dispatched"
+
+    def bm(X, y=None):
+        f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(X.shape[0]), rbf(X)))
+        eps = numpyro.sample("eps", dist.Beta(1.0, 10.0))
+        numpyro.sample("y", NoisyStep(f, eps), obs=y)
+
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    y = (X[:, 0] > 0).astype(int)
+    monkeypatch.setitem(sys.modules, "inference.ep.bayes_machine", types.SimpleNamespace(ep_posterior=fake))
+    assert ep(bm, X, y, damping=0.7, **QUIET) == "dispatched"
+    assert calls[-1][1] == (X, y) and calls[-1][3] == ["eps", "f", "y"]
+    assert calls[-1][4] == dict(schedule="parallel", damping=0.7, tol=1e-6, max_iter=200, num_samples=1000,
+                                seed=0, progress=False)
+    monkeypatch.setitem(sys.modules, "inference.ep.bayes_machine", None)  # module missing
+    with pytest.raises(NotImplementedError, match="NoisyStep"):
+        ep(bm, X, y, **QUIET)
+
+    monkeypatch.setattr(_special, "has_spike_and_slab", lambda trace: True)
+    monkeypatch.setitem(sys.modules, "inference.spikeslab", types.SimpleNamespace(ep_posterior=fake))
+    assert ep(probit_regression, X, y.astype(float), **QUIET) == "dispatched"

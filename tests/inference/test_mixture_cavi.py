@@ -1,0 +1,276 @@
+"""Coordinate-ascent VI for the conjugate Gaussian mixture: exact evidence for one component,
+closed-form ELBO and KL terms against Monte Carlo, monotone ELBO, q densities against SciPy, the
+variational predictive against Monte Carlo, and no recompilation when ``tol`` changes."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.special import gammaln, logsumexp, multigammaln
+
+from inference import mixture_cavi as mc
+from probmodels.datasets import gaussian_mixture_data
+
+
+def _prior(d, covariance, concentration=1.0):
+    scale = np.diag(np.linspace(0.5, 1.5, d)) if covariance == "full" else np.linspace(0.5, 1.5, d)
+    return mc.MixturePrior.create(loc=np.linspace(-0.3, 0.3, d), strength=0.2, df=d + 2.5 if covariance == "full" else 3.5,
+                                  scale=scale, concentration=concentration, concentration_shape=2.0,
+                                  concentration_rate=1.5)
+
+
+def _state_after(X, prior, k, structure, sweeps=3, seed=0):
+    """An arbitrary (unconverged) q: k-means start plus a few sweeps, in the data's own units."""
+    s = mc.init(jax.random.PRNGKey(seed), jnp.asarray(X), prior, k, structure)
+    for _ in range(sweeps):
+        s = mc.update(jnp.asarray(X), prior, s, structure)
+    return s
+
+
+def _niw_log_evidence(X, m0, beta0, nu0, psi0):
+    """Closed-form marginal likelihood of one Gaussian under a Normal-inverse-Wishart prior
+    (Murphy 2007, eq. 266)."""
+    n, d = X.shape
+    xbar = X.mean(0)
+    S = (X - xbar).T @ (X - xbar)
+    beta_n, nu_n = beta0 + n, nu0 + n
+    psi_n = psi0 + S + beta0 * n / beta_n * np.outer(xbar - m0, xbar - m0)
+    return (-0.5 * n * d * np.log(np.pi) + multigammaln(0.5 * nu_n, d) - multigammaln(0.5 * nu0, d)
+            + 0.5 * nu0 * np.linalg.slogdet(psi0)[1] - 0.5 * nu_n * np.linalg.slogdet(psi_n)[1]
+            + 0.5 * d * np.log(beta0 / beta_n))
+
+
+@pytest.mark.parametrize("covariance", ["full", "diag"])
+@pytest.mark.parametrize("units", [1.0, 2e4])
+def test_one_component_elbo_is_the_exact_log_evidence(covariance, units):
+    # With K = 1, q(theta) is the exact conjugate posterior, so the ELBO is log p(X) exactly; with
+    # data in km/s-like units (2e4) it also checks the standardisation inside `fit`.
+    rng = np.random.default_rng(0)
+    X = units * (rng.normal(size=(40, 3)) @ np.array([[1.0, 0.3, 0.0], [0.0, 0.8, 0.2], [0.0, 0.0, 0.5]]) + 1.0)
+    prior = _prior(3, covariance)
+    prior = prior._replace(loc=prior.loc * units, scale=prior.scale * units**2)
+    res = mc.fit(X, prior, 1, jax.random.PRNGKey(0), structure=mc.Structure(covariance, "dirichlet"), max_iter=20)
+    m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
+    if covariance == "full":
+        exact = _niw_log_evidence(X, m0, b0, nu0, psi0)
+    else:
+        exact = sum(_niw_log_evidence(X[:, [j]], m0[[j]], b0, nu0, psi0[j] * np.eye(1)) for j in range(3))
+    assert float(res.elbo) == pytest.approx(exact, rel=1e-10, abs=1e-8)
+
+
+def _log_p_theta(values, prior, structure):
+    """log prior density of one draw, written independently with SciPy."""
+    m0, psi0 = np.asarray(prior.loc), np.asarray(prior.scale)
+    b0, nu0 = float(prior.strength), float(prior.df)
+    locs = np.asarray(values["locs"])
+    total = 0.0
+    for k in range(locs.shape[0]):
+        if structure.covariance == "full":
+            cov = np.asarray(values["cov"][k])
+            total += stats.invwishart.logpdf(cov, df=nu0, scale=psi0) + stats.multivariate_normal.logpdf(locs[k], m0, cov / b0)
+        else:
+            sd = np.asarray(values["scales"][k])
+            # scales = sqrt(var), var ~ InvGamma(nu0/2, psi0/2): density of sd = density of var * 2 sd.
+            total += np.sum(stats.invgamma.logpdf(sd**2, 0.5 * nu0, scale=0.5 * psi0) + np.log(2 * sd))
+            total += np.sum(stats.norm.logpdf(locs[k], m0, sd / np.sqrt(b0)))
+    if structure.weights == "dirichlet":
+        w = np.asarray(values["weights"])
+        total += stats.dirichlet.logpdf(w / w.sum(), np.full(w.shape, float(prior.concentration)))
+    else:
+        v = np.asarray(values["sticks"])
+        alpha = float(values["concentration"]) if structure.learn_concentration else float(prior.concentration)
+        total += np.sum(stats.beta.logpdf(v, 1.0, alpha))
+        if structure.learn_concentration:
+            total += stats.gamma.logpdf(alpha, float(prior.concentration_shape), scale=1 / float(prior.concentration_rate))
+    return total
+
+
+STRUCTURES = [mc.Structure("full", "dirichlet"), mc.Structure("diag", "dirichlet"),
+              mc.Structure("full", "stick", False), mc.Structure("diag", "stick", True)]
+
+
+def _perturbed(state):
+    """A q that is not the block optimum for its own responsibilities (otherwise log q(theta) -
+    log p(theta) - data term is constant and the Monte Carlo check below would be degenerate)."""
+    return state._replace(loc=state.loc + 0.2, df=state.df + 3.0, strength=state.strength * 0.7,
+                          scale=state.scale * 1.3, weight_a=state.weight_a * 1.4 + 0.5,
+                          weight_b=state.weight_b * 0.8 + 0.1, conc_shape=state.conc_shape + 1.0)
+
+
+def _scipy_component_terms(X, draw, covariance):
+    """log N(x_n | locs_k, cov_k), (n, K), with SciPy."""
+    k = draw["locs"].shape[0]
+    if covariance == "full":
+        return np.stack([stats.multivariate_normal.logpdf(X, draw["locs"][j], draw["cov"][j]) for j in range(k)], 1)
+    return np.stack([np.sum(stats.norm.logpdf(X, draw["locs"][j], draw["scales"][j]), 1) for j in range(k)], 1)
+
+
+def _weights_of(draw):
+    if "weights" in draw:
+        return draw["weights"]
+    v = draw["sticks"]
+    return np.concatenate([v, [1.0]]) * np.concatenate([[1.0], np.cumprod(1 - v)])
+
+
+@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(map(str, s)))
+def test_log_q_matches_scipy_and_the_closed_form_elbo_matches_monte_carlo(structure):
+    X = gaussian_mixture_data(60, seed=1).X
+    prior = _prior(2, structure.covariance)
+    state = _perturbed(_state_after(X, prior, 3, structure))
+    num = 600
+    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(1), state, structure, num).items()}
+    log_qs = np.asarray(jax.vmap(lambda v: mc.log_q(v, state, structure))(draws))
+    # log q, term by term, against SciPy for a few draws.
+    for s in range(3):
+        one = {k: v[s] for k, v in draws.items()}
+        ref = 0.0
+        for k in range(3):
+            m, psi = np.asarray(state.loc[k]), np.asarray(state.scale[k])
+            b, nu = float(state.strength[k]), float(state.df[k])
+            if structure.covariance == "full":
+                cov = one["cov"][k]
+                ref += stats.invwishart.logpdf(cov, df=nu, scale=psi) + stats.multivariate_normal.logpdf(one["locs"][k], m, cov / b)
+            else:
+                sd = one["scales"][k]
+                ref += np.sum(stats.invgamma.logpdf(sd**2, 0.5 * nu, scale=0.5 * psi) + np.log(2 * sd))
+                ref += np.sum(stats.norm.logpdf(one["locs"][k], m, sd / np.sqrt(b)))
+        if structure.weights == "dirichlet":
+            ref += stats.dirichlet.logpdf(one["weights"] / one["weights"].sum(), np.asarray(state.weight_a))
+        else:
+            ref += np.sum(stats.beta.logpdf(one["sticks"], np.asarray(state.weight_a), np.asarray(state.weight_b)))
+            if structure.learn_concentration:
+                ref += stats.gamma.logpdf(one["concentration"], float(state.conc_shape), scale=1 / float(state.conc_rate))
+        assert log_qs[s] == pytest.approx(ref, rel=1e-9)
+    # ELBO = E_q[sum_nk r_nk (log w_k + log N(x_n | theta_k))] - sum r log r + E_q[log p(theta) - log q(theta)],
+    # every density here from SciPy, with r the responsibilities the closed form uses.
+    r = np.asarray(mc.responsibilities(jnp.asarray(X), state, structure))
+    terms = np.empty(num)
+    for s in range(num):
+        one = {k: v[s] for k, v in draws.items()}
+        comp = np.log(_weights_of(one))[None] + _scipy_component_terms(X, one, structure.covariance)
+        terms[s] = np.sum(r * comp) + _log_p_theta(one, prior, structure) - log_qs[s]
+    entropy = -np.sum(r * np.log(np.clip(r, 1e-300, 1)))
+    estimate, se = terms.mean() + entropy, terms.std() / np.sqrt(num)
+    exact = float(mc.elbo(jnp.asarray(X), prior, state, structure))
+    assert se > 1e-3  # a real Monte Carlo check, not a degenerate one
+    assert abs(estimate - exact) < 4 * se, (estimate, exact, se)
+
+
+def _np_mixture_density(X, weights, locs, spread, covariance):
+    """p(x_m | draw s) = sum_k w_k N(x_m | locs_k, cov_k) with NumPy, (S, m)."""
+    diff = X[None, :, None, :] - locs[:, None, :, :]  # (S, m, K, d)
+    d = X.shape[1]
+    if covariance == "full":
+        chol = np.linalg.cholesky(spread)[:, None]  # (S, 1, K, d, d)
+        sol = np.linalg.solve(chol, diff[..., None])[..., 0]
+        logdet = 2 * np.sum(np.log(np.diagonal(chol, axis1=-2, axis2=-1)), -1)
+    else:
+        sol = diff / spread[:, None]
+        logdet = 2 * np.sum(np.log(spread), -1)[:, None]
+    log_comp = -0.5 * np.sum(sol**2, -1) - 0.5 * logdet - 0.5 * d * np.log(2 * np.pi)
+    return np.sum(weights[:, None, :] * np.exp(log_comp), -1)
+
+
+@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(map(str, s)))
+def test_elbo_never_decreases(structure):
+    X = jnp.asarray(gaussian_mixture_data(300, seed=2).X)
+    prior = _prior(2, structure.covariance)
+    s = mc.init(jax.random.PRNGKey(3), X, prior, 6, structure)
+    values = []
+    for _ in range(60):
+        s = mc.update(X, prior, s, structure)
+        values.append(float(s.elbo))
+    values.append(float(mc.elbo(X, prior, s, structure)))
+    steps = np.diff(values)
+    assert np.all(steps >= -1e-9 * np.abs(values[1:])), steps.min()
+    assert values[-1] > values[0] + 1.0  # and it actually moved
+
+
+def test_kl_of_normal_inverse_wishart_matches_monte_carlo():
+    X = gaussian_mixture_data(50, seed=4).X
+    for covariance in ("full", "diag"):
+        structure = mc.Structure(covariance, "dirichlet")
+        prior = _prior(2, covariance)
+        state = _state_after(X, prior, 2, structure)
+        draws = mc.sample_q(jax.random.PRNGKey(5), state, structure, 3000)
+        kl = np.asarray(mc._kl_components(state, prior, structure))
+        # Monte Carlo of E_q[log q - log p] for component 0 alone.
+        vals = []
+        for s in range(3000):
+            one = {k: np.asarray(v[s]) for k, v in draws.items()}
+            m, psi, b, nu = np.asarray(state.loc[0]), np.asarray(state.scale[0]), float(state.strength[0]), float(state.df[0])
+            m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
+            if covariance == "full":
+                c, mu = one["cov"][0], one["locs"][0]
+                lq = stats.invwishart.logpdf(c, df=nu, scale=psi) + stats.multivariate_normal.logpdf(mu, m, c / b)
+                lp = stats.invwishart.logpdf(c, df=nu0, scale=psi0) + stats.multivariate_normal.logpdf(mu, m0, c / b0)
+            else:
+                sd, mu = one["scales"][0], one["locs"][0]
+                lq = np.sum(stats.invgamma.logpdf(sd**2, nu / 2, scale=psi / 2) + stats.norm.logpdf(mu, m, sd / np.sqrt(b)))
+                lp = np.sum(stats.invgamma.logpdf(sd**2, nu0 / 2, scale=psi0 / 2) + stats.norm.logpdf(mu, m0, sd / np.sqrt(b0)))
+            vals.append(lq - lp)
+        vals = np.asarray(vals)
+        assert abs(vals.mean() - kl[0]) < 4 * vals.std() / np.sqrt(len(vals)), (covariance, vals.mean(), kl[0])
+
+
+@pytest.mark.parametrize("structure", [STRUCTURES[0], STRUCTURES[3]], ids=["full-dirichlet", "diag-stick"])
+def test_variational_predictive_matches_monte_carlo(structure):
+    X = gaussian_mixture_data(80, seed=6).X
+    prior = _prior(2, structure.covariance)
+    state = _state_after(X, prior, 3, structure)
+    X_new = np.array([[-3.0, 0.0], [0.5, 3.0], [6.0, -2.0]])
+    exact = np.asarray(mc.log_predictive(X_new, state, structure))
+    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(7), state, structure, 40000).items()}
+    if "weights" in draws:
+        weights = draws["weights"]
+    else:
+        v = draws["sticks"]
+        ones = np.ones(v.shape[:-1] + (1,))
+        weights = np.concatenate([v, ones], -1) * np.concatenate([ones, np.cumprod(1 - v, -1)], -1)
+    spread = draws.get("cov", draws.get("scales"))
+    dens = _np_mixture_density(X_new, weights, draws["locs"], spread, structure.covariance)
+    est = np.log(dens.mean(0))
+    se = dens.std(0) / dens.mean(0) / np.sqrt(dens.shape[0])  # delta method on the log
+    assert np.all(np.abs(est - exact) < 4 * se + 1e-12), (est, exact, se)
+
+
+def test_ordered_log_q_sums_the_relabellings():
+    X = gaussian_mixture_data(60, seed=8).X
+    structure = mc.Structure("full", "dirichlet")
+    state = _state_after(X, _prior(2, "full"), 3, structure)
+    draw = {k: v[0] for k, v in mc.sample_q(jax.random.PRNGKey(9), state, structure, 1).items()}
+    draw = mc.sort_components(draw, structure)
+    terms = []
+    for perm in itertools.permutations(range(3)):
+        p = np.asarray(perm)
+        terms.append(float(mc.log_q({k: v[p] for k, v in draw.items()}, state, structure)))
+    assert float(mc.log_q_ordered(draw, state, structure)) == pytest.approx(float(logsumexp(terms)), rel=1e-10)
+
+
+def test_fit_recovers_simulated_clusters_and_tol_is_traced():
+    data = gaussian_mixture_data(600, seed=0)
+    prior = _prior(2, "full")
+    structure = mc.Structure("full", "dirichlet")
+    res = mc.fit(data.X, prior, 3, jax.random.PRNGKey(0), structure=structure, max_iter=200, tol=1e-8)
+    size = mc.fit._cache_size()
+    res2 = mc.fit(data.X, prior, 3, jax.random.PRNGKey(0), structure=structure, max_iter=200, tol=1e-4)
+    assert mc.fit._cache_size() == size  # tolerance is a traced number: no recompilation
+    assert bool(res.converged) and int(res.state.iteration) <= 200
+    assert int(res2.state.iteration) <= int(res.state.iteration)
+    order = np.argsort(np.asarray(res.state.loc[:, 0]))
+    # true means (-3, 0), (0, 4), (3, 0) sorted by x: (-3, 0), (0, 4), (3, 0)
+    truth = data.locs[np.argsort(data.locs[:, 0])]
+    assert np.max(np.abs(np.asarray(res.state.loc)[order] - truth)) < 0.1
+    w = np.asarray(mc.expected_weights(res.state, structure))[order]
+    assert np.max(np.abs(w - data.weights[np.argsort(data.locs[:, 0])])) < 0.05
+    # every restart's ELBO is a lower bound of the best's
+    assert float(res.elbo) == pytest.approx(float(np.max(res.restart_elbos)))
+
+
+def test_kmeans_start_finds_separated_clusters():
+    X = jnp.asarray(gaussian_mixture_data(300, seed=3).X)
+    r = np.asarray(mc.kmeans_responsibilities(jax.random.PRNGKey(0), X, 3))
+    assert r.shape == (300, 3) and np.all(r.sum(1) == 1) and np.all(r.sum(0) > 40)

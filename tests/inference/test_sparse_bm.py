@@ -1,0 +1,88 @@
+"""The sparse Bayes machine (`inference.ep.sparse_bm`): the rank-d bookkeeping of the forward
+selection against a direct computation, d = n against the full machine, small d against full."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inference.ep import bayes_machine as bm
+from inference.ep.sparse_bm import fit_sparse, predict_sparse, select
+from probmodels.datasets import circle, twonorm
+from probmodels.kernels import RBF, gram
+
+
+@pytest.fixture(scope="module")
+def problem():
+    X, y = circle(60, 0.05, seed=4)
+    k = RBF(0.5)
+    return X, y, k, np.asarray(gram(k, X)[0])
+
+
+def test_forward_selection_marginals_equal_the_direct_posterior(problem):
+    """The O(n d) rank-one updates give the same marginals at all n points as the posterior
+    computed directly from the selected sites (1e-9), and the Beta is prior + site exponents."""
+    _, y, _, K = problem
+    t = jnp.asarray(np.where(y > 0, 1.0, -1.0))
+    sel = select(jnp.asarray(K), t, jnp.zeros(60), 1.0, 10.0, 0.0, d=15, learn=True)
+    assert len(set(np.asarray(sel.order).tolist())) == 15 and int(np.sum(sel.active)) == 15
+    L = jnp.linalg.cholesky(jnp.asarray(K))
+    mean, cov, _ = bm._posterior(L, sel.sites[0], sel.sites[1])
+    np.testing.assert_allclose(sel.mean, mean, atol=1e-9)
+    np.testing.assert_allclose(sel.var, jnp.diag(cov), atol=1e-9)
+    assert float(sel.a) == pytest.approx(1.0 + float(jnp.sum(sel.sites[2])), abs=1e-12)
+    assert float(sel.b) == pytest.approx(10.0 + float(jnp.sum(sel.sites[3])), abs=1e-12)
+    inactive = ~np.asarray(sel.active)
+    assert np.all(np.asarray(sel.sites[0])[inactive] == 0)
+
+
+def test_full_active_set_equals_the_full_machine(problem):
+    """d = n: every point is active, EP reaches the full machine's fixed point (1e-6)."""
+    _, y, _, K = problem
+    full = bm.fit(K, y, tol=1e-9, max_iter=1000)
+    sparse = fit_sparse(K, y, active_set_size=60, tol=1e-9, max_iter=1000)
+    assert sorted(np.asarray(sparse.active).tolist()) == list(range(60)) and sparse.num_swaps == 0
+    np.testing.assert_allclose(sparse.f_mean, full.f_mean, atol=1e-6)
+    np.testing.assert_allclose(sparse.f_var, np.diag(full.f_cov), atol=1e-6)
+    assert float(sparse.log_evidence) == pytest.approx(float(full.log_evidence), abs=1e-6)
+    assert float(sparse.result.eps_mean) == pytest.approx(float(full.eps_mean), abs=1e-7)
+
+
+def test_small_active_set_error_close_to_full():
+    """Twonorm, n = 300, d = 30 (10%) and 60 (20%): test error (2000 points) within 2.5 points of
+    the full machine's (measured: full 3.0%, d=30 3.6%, d=60 3.2%)."""
+    X, y = twonorm(300, seed=0)
+    Xt, yt = twonorm(2000, seed=1)
+    k = RBF(np.sqrt(20.0))
+    K = np.asarray(gram(k, X)[0])
+    full = bm.fit(K, y)
+    _, _, p = bm.predict(full, k(Xt, X), k.diag(Xt))
+    err_full = np.mean((np.asarray(p) > 0.5) != (yt > 0))
+    for d in (30, 60):
+        sp = fit_sparse(K, y, active_set_size=d)
+        A = np.asarray(sp.active)
+        assert A.shape == (d,) and bool(sp.converged)
+        _, _, p = predict_sparse(sp, k(Xt, X[A]), k.diag(Xt))
+        err = np.mean((np.asarray(p) > 0.5) != (yt > 0))
+        assert err < err_full + 0.025, (d, err, err_full)
+
+
+def test_prediction_uses_the_active_set_only(problem):
+    X, y, k, K = problem
+    sp = fit_sparse(K, y, active_set_size=12)
+    A = np.asarray(sp.active)
+    out = predict_sparse(sp, k(X, X[A]), k.diag(X))
+    np.testing.assert_allclose(out[0], sp.f_mean, atol=1e-8)
+    np.testing.assert_allclose(out[1], sp.f_var, atol=1e-8)
+    with pytest.raises(ValueError, match="K_cross"):
+        predict_sparse(sp, k(X, X), k.diag(X))
+
+
+def test_bad_input(problem):
+    _, y, _, K = problem
+    for d in (0, 61, 2.5):
+        with pytest.raises(ValueError, match="active_set_size"):
+            fit_sparse(K, y, active_set_size=d)
+    with pytest.raises(ValueError, match="y"):
+        fit_sparse(K, np.arange(60), active_set_size=10)
+    with pytest.raises(ValueError, match="noise_prior"):
+        fit_sparse(K, y, (0.0, 1.0), active_set_size=10)

@@ -1,0 +1,167 @@
+"""inference.spikeslab.engines: the Posterior each engine returns, LOO, prediction, persistence,
+degenerate genes, option checks, and EP against a long MCMC run on a 500-gene probit problem."""
+
+import os
+import warnings
+
+import arviz as az
+import numpy as np
+import pytest
+from numpyro.diagnostics import effective_sample_size
+
+from inference._model import trace_model
+from inference.posterior import load
+from inference.spikeslab import ep_posterior, exact_posterior, mcmc_posterior, vi_posterior
+from probmodels.spike_slab import spike_and_slab_probit, spike_and_slab_regression
+
+RNG = np.random.default_rng(11)
+XR = RNG.normal(size=(30, 6))
+XR[:, 4] = 0.0  # an all-zero gene: no information
+XR[:, 5] = 1.0  # a constant gene: acts as an intercept
+YR = 1.0 + XR[:, 0] - 0.8 * XR[:, 2] + 0.5 * RNG.normal(size=30)
+XP = XR.copy()
+YP = (XR[:, 0] - XR[:, 2] + 0.3 * RNG.normal(size=30)) > 0
+FAST = {"ep": {"num_samples": 400}, "mcmc": {"num_samples": 600, "num_warmup": 200, "num_chains": 2},
+        "vi": {"num_samples": 400}}
+ENGINES = {"ep": ep_posterior, "mcmc": mcmc_posterior, "vi": vi_posterior}
+CASES = {"regression": (spike_and_slab_regression, (XR, YR), {"p_incl": 0.3}),
+         "probit": (spike_and_slab_probit, (XP, YP), {"p_incl": 0.3})}
+
+
+@pytest.fixture(scope="module")
+def posteriors():
+    out = {}
+    for case, (model, args, kw) in CASES.items():
+        tr = trace_model(model, args, kw)
+        for engine, fn in ENGINES.items():
+            out[case, engine] = fn(model, args, kw, tr, seed=1, **FAST[engine])
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_posterior_contents(posteriors, case, engine):
+    post = posteriors[case, engine]
+    z, w = post.samples["z"], post.samples["w"]
+    assert post.engine == engine and z.shape[:2] == w.shape[:2] and z.shape[2] == 6
+    assert np.issubdtype(z.dtype, np.integer) and set(np.unique(z)) <= {0, 1}
+    assert np.all(w[z == 0] == 0.0)
+    assert ("precision" in post.samples) == (case == "regression")
+    incl = np.asarray(post.diagnostics["inclusion_probability"])
+    assert incl.shape == (6,) and np.all(np.isfinite(incl))
+    assert post.log_likelihood["y"].shape == z.shape[:2] + (30,)
+    assert np.all(np.isfinite(post.log_likelihood["y"]))
+    assert post.diagnostics["converged"]
+    if engine != "mcmc":
+        np.testing.assert_allclose(post.approximation["inclusion_probability"], incl)
+        assert post.evidence_method == ("ep" if engine == "ep" else "elbo")
+        assert np.isfinite(post.log_evidence)
+        for name in ("lp", "log_q"):
+            assert post.sample_stats[name].shape == z.shape[:2] and np.all(np.isfinite(post.sample_stats[name]))
+    # the all-zero gene carries no information: EP keeps the prior exactly, the others nearly
+    tol = {"ep": 1e-9, "vi": 0.05, "mcmc": 0.08}[engine]
+    assert abs(incl[4] - 0.3) < tol
+
+
+def test_loo_for_every_engine(posteriors):
+    for (case, engine), post in posteriors.items():
+        dt = post.to_arviz()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if engine == "mcmc":
+                res = az.loo(dt)
+            else:
+                res = az.loo_approximate_posterior(dt, log_p=dt.sample_stats.lp, log_q=dt.sample_stats.log_q)
+        assert np.isfinite(float(res.elpd)), (case, engine)
+
+
+def test_predict_and_save_roundtrip(posteriors, tmp_path):
+    Xnew = XR[:4] + 0.1
+    for (case, engine), post in posteriors.items():
+        pp = post.predict(Xnew)
+        mean = np.asarray(pp["y_mean"]).mean(axis=(0, 1))
+        assert np.asarray(pp["y"]).shape[-1] == 4 and np.all(np.isfinite(mean))
+        if case == "probit":
+            assert np.all((mean >= 0) & (mean <= 1))
+        path = tmp_path / f"{case}_{engine}.nc"
+        post.save(path)
+        back = load(path)
+        np.testing.assert_array_equal(back.samples["z"], post.samples["z"])
+        np.testing.assert_array_equal(back.samples["w"], post.samples["w"])
+
+
+def test_engines_agree_with_exact_regression(posteriors):
+    ex = exact_posterior(spike_and_slab_regression, XR, YR, p_incl=0.3)
+    for engine, tol in [("ep", 0.05), ("mcmc", 0.06), ("vi", 0.1)]:
+        incl = np.asarray(posteriors["regression", engine].diagnostics["inclusion_probability"])
+        assert np.max(np.abs(incl - np.asarray(ex.inclusion))) < tol, engine
+    assert abs(posteriors["regression", "ep"].log_evidence - float(ex.log_evidence)) < 0.1
+    assert posteriors["regression", "vi"].log_evidence <= float(ex.log_evidence) + 1e-9
+
+
+def test_option_and_input_checks():
+    model, args, kw = CASES["regression"]
+    tr = trace_model(model, args, kw)
+    with pytest.raises(ValueError, match="schedule"):
+        ep_posterior(model, args, kw, tr, schedule="random")
+    with pytest.raises(ValueError, match="damping"):
+        ep_posterior(model, args, kw, tr, damping=0.0)
+    with pytest.raises(ValueError, match="covariance"):
+        ep_posterior(model, args, kw, tr, covariance="diagonal")
+    with pytest.raises(ValueError, match="num_samples"):
+        mcmc_posterior(model, args, kw, tr, num_samples=0)
+    with pytest.raises(ValueError, match="guide"):
+        vi_posterior(model, args, kw, tr, guide="flow")
+    no_y = trace_model(model, (XR,), kw)
+    with pytest.raises(ValueError, match="'y'"):
+        mcmc_posterior(model, (XR,), kw, no_y)
+
+
+def _genes(seed, n=60, d=500, n_test=200, shift=1.0):
+    """Microarray-like simulation: 5 differentially expressed genes (class means +-shift) among
+    500 standard-normal genes; labels +-1 with equal probability."""
+    rng = np.random.default_rng(seed)
+    sign = np.array([1, -1, 1, -1, 1.0])
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    X = rng.normal(size=(n, d))
+    X[:, :5] += shift * y[:, None] * sign
+    yt = np.where(rng.random(n_test) < 0.5, 1.0, -1.0)
+    Xt = rng.normal(size=(n_test, d))
+    Xt[:, :5] += shift * yt[:, None] * sign
+    return X, y, Xt
+
+
+def _ep_vs_mcmc(seed, num_samples, num_warmup):
+    X, y, Xt = _genes(seed)
+    tr = trace_model(spike_and_slab_probit, (X, y), {})
+    ep = ep_posterior(spike_and_slab_probit, (X, y), {}, tr, num_samples=200)
+    mc = mcmc_posterior(spike_and_slab_probit, (X, y), {}, tr, num_samples=num_samples, num_warmup=num_warmup,
+                        num_chains=4, seed=1)
+    p_ep, p_mc = ep.approximation["inclusion_probability"], mc.diagnostics["inclusion_probability"]
+    f_ep = np.asarray(ep.predict(Xt)["y_mean"]).mean(axis=(0, 1))
+    draws = np.asarray(mc.predict(Xt)["y_mean"])  # (chain, draw, test point)
+    se = np.sqrt(draws.var(axis=(0, 1)) / np.asarray(effective_sample_size(draws)))
+    return p_ep, p_mc, f_ep, draws.mean(axis=(0, 1)), se
+
+
+def test_probit_ep_vs_mcmc_500_genes():
+    """n = 60, d = 500, 5 true genes. Both rank the true genes first; EP's predictive probabilities
+    on 200 test points agree with MCMC's within 0.05 + 3 Monte Carlo SE (this short run's MCSE is
+    up to ~0.03; the slow test below runs long chains and holds 0.05 flat). Measured against
+    4 x 12,000 scans (seeds 0/1): max |EP - MCMC| predictive 0.021 / 0.019, inclusion 0.021 /
+    0.032; the factorised EP of thesis ch. 7 gives 0.115 / 0.069 and 0.166 / 0.117."""
+    p_ep, p_mc, f_ep, f_mc, se = _ep_vs_mcmc(0, num_samples=1500, num_warmup=300)
+    assert set(np.argsort(-p_ep)[:5]) == set(range(5)) and set(np.argsort(-p_mc)[:5]) == set(range(5))
+    assert np.all(np.abs(f_ep - f_mc) < 0.05 + 3 * se)
+    assert np.mean(np.abs(f_ep - f_mc)) < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="long MCMC reference; RUN_SLOW=1 to run")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_probit_ep_vs_long_mcmc_500_genes(seed):
+    p_ep, p_mc, f_ep, f_mc, se = _ep_vs_mcmc(seed, num_samples=12000, num_warmup=1000)
+    assert set(np.argsort(-p_ep)[:5]) == set(range(5)) and set(np.argsort(-p_mc)[:5]) == set(range(5))
+    assert np.max(se) < 0.02
+    assert np.max(np.abs(f_ep - f_mc)) < 0.05
+    assert np.max(np.abs(p_ep - p_mc)) < 0.05

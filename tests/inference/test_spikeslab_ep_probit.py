@@ -1,0 +1,79 @@
+"""inference.spikeslab.ep_probit (fully factorised, thesis ch. 7) and .ep_probit_full (full
+covariance): against the exact posterior of tiny problems, schedules, degenerate genes, and a
+d = 10,000 x n = 100 run."""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from inference.spikeslab import ep_probit, ep_probit_full
+from inference.spikeslab.exact import enumerate_probit
+
+HYPER = (jnp.asarray(0.5), jnp.asarray(1e-9), jnp.asarray(1000))
+
+
+def tiny(seed):
+    """n = 40, d = 3 with two correlated genes (corr 0.6), gene 0 carrying the signal."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(40, 3))
+    X[:, 1] = 0.6 * X[:, 0] + 0.8 * X[:, 1]
+    return X, np.sign(X[:, 0] + 0.5 * rng.normal(size=40))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("module,incl_tol,ev_tol", [(ep_probit_full, 0.05, 0.1), (ep_probit, 0.05, 0.2)])
+def test_against_exact_enumeration(seed, module, incl_tol, ev_tol):
+    """Exact: 2^3 models, weights by 40-point Gauss-Hermite. Measured max inclusion / evidence
+    errors (seeds 0-2): full 0.016/0.002/0.015 and 0.018/0.004/0.043 nats; factorised
+    0.016/0.006/0.034 and 0.034/0.009/0.157 nats."""
+    X, y = tiny(seed)
+    p, s2 = np.full(3, 0.3), np.ones(3)
+    ex = enumerate_probit(X, y, p_incl=p, slab_var=s2)
+    data = ep_probit.make_data(X, y, slab_var=s2, p_incl=p)
+    state = module.run(data, *HYPER)
+    out = module.finalize(state, data)
+    assert float(state.max_change) < 1e-9
+    assert np.max(np.abs(np.asarray(out[2]) - ex.inclusion)) < incl_tol
+    assert abs(float(out[5]) - ex.log_evidence) < ev_tol
+
+
+def test_factorized_sequential_and_parallel_same_fixed_point():
+    X, y = tiny(2)
+    data = ep_probit.make_data(X, y, slab_var=np.ones(3), p_incl=np.full(3, 0.3))
+    par, seq = ep_probit.run(data, *HYPER), ep_probit.run(data, *HYPER, sequential=True)
+    np.testing.assert_allclose(np.asarray(par.incl), np.asarray(seq.incl), atol=1e-7)
+    np.testing.assert_allclose(np.asarray(par.nu / par.tau), np.asarray(seq.nu / seq.tau), atol=1e-7)
+
+
+@pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
+def test_constant_and_zero_genes_no_nan(module):
+    """An all-zero gene keeps its prior inclusion probability; a constant gene acts as a bias."""
+    X, y = tiny(0)
+    X = np.column_stack([X, np.zeros(40), np.full(40, 2.0)])
+    data = ep_probit.make_data(X, y, slab_var=np.ones(5), p_incl=np.full(5, 0.3))
+    out = module.finalize(module.run(data, *HYPER), data)
+    assert all(np.all(np.isfinite(np.asarray(o))) for o in out)
+    assert float(out[2][3]) == pytest.approx(0.3, abs=1e-9)
+
+
+@pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
+def test_ten_thousand_genes(module):
+    """d = 10,000, n = 100 (memory O(n d)): converges, finite evidence, the 5 true genes ranked
+    first. Measured on the shared 2-core machine (compile included): factorised ~3 s, full ~5 s."""
+    rng = np.random.default_rng(0)
+    n, d = 100, 10_000
+    labels = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    X = rng.normal(size=(n, d))
+    X[:, :5] += 1.2 * labels[:, None] * np.array([1, -1, 1, -1, 1.0])
+    data = ep_probit.make_data(X, labels, slab_var=np.ones(d), p_incl=np.full(d, 32 / d))
+    start = time.perf_counter()
+    state = module.run(data, jnp.asarray(0.5), jnp.asarray(1e-4), jnp.asarray(300))
+    out = jax.block_until_ready(module.finalize(state, data))
+    elapsed = time.perf_counter() - start
+    print(f"{module.__name__}: d=10000 n=100 EP {elapsed:.2f} s, {int(state.iteration)} sweeps")
+    incl = np.asarray(out[2])
+    assert float(state.max_change) < 1e-4 and np.isfinite(float(out[5]))
+    assert set(np.argsort(-incl)[:5]) == set(range(5))

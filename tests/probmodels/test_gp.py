@@ -1,0 +1,154 @@
+"""GP classifier and Bayes machine models (`probmodels.gp`), the NoisyStep likelihood
+(`inference.distributions.NoisyStep`) and width selection by EP evidence (`probmodels.selection`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import pytest
+from numpyro import handlers
+from numpyro.infer.util import log_density
+from scipy import stats
+
+from inference.distributions import NoisyStep
+from probmodels.gp import bayes_machine, gp_classifier
+from probmodels.kernels import RBF, Matern, gram
+
+RNG = np.random.default_rng(1)
+X = RNG.uniform(-1, 1, size=(12, 2))
+Y01 = (X[:, 0] > 0).astype(int)
+
+
+def trace(model, *args, **kwargs):
+    with handlers.seed(rng_seed=0):
+        return handlers.trace(model).get_trace(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- NoisyStep
+
+
+def test_noisy_step_log_prob_matches_definition():
+    """log P(y | f, eps) = log(eps + (1 - 2 eps) step(f)) for y = 1 and its complement for y = 0."""
+    f = jnp.array([-2.0, -0.1, 0.3, 4.0])
+    for eps in (0.0, 0.05, 0.3):
+        d = NoisyStep(f, eps)
+        p1 = eps + (1 - 2 * eps) * (np.asarray(f) > 0)
+        with np.errstate(divide="ignore"):
+            np.testing.assert_allclose(np.exp(d.log_prob(jnp.ones(4, jnp.int32))), p1, atol=1e-15)
+            np.testing.assert_allclose(np.exp(d.log_prob(jnp.zeros(4, jnp.int32))), 1 - p1, atol=1e-15)
+        np.testing.assert_allclose(d.mean, p1)
+    # Broadcasting of f (n,) with a per-draw eps (s, 1).
+    d = NoisyStep(jnp.ones((3, 4)) * f, jnp.array([[0.1], [0.2], [0.3]]))
+    assert d.batch_shape == (3, 4)
+
+
+def test_noisy_step_sample_frequencies():
+    """Empirical P(y = 1) over 40000 draws within 4 binomial standard errors of the definition."""
+    f = jnp.array([-1.0, 2.0, -0.5, 0.5])
+    eps = 0.15
+    draws = NoisyStep(f, eps).sample(jax.random.PRNGKey(0), (40000,))
+    assert draws.shape == (40000, 4) and set(np.unique(draws)) <= {0, 1}
+    p = eps + (1 - 2 * eps) * (np.asarray(f) > 0)
+    se = np.sqrt(p * (1 - p) / 40000)
+    assert np.all(np.abs(np.asarray(draws).mean(0) - p) < 4 * se)
+    np.testing.assert_array_equal(NoisyStep(f, 0.0).sample(jax.random.PRNGKey(1)), (np.asarray(f) > 0).astype(int))
+
+
+# --------------------------------------------------------------------------- models
+
+
+def test_bayes_machine_sites_and_density():
+    """Sites f, eps, y; the log joint equals the explicit MVN + Beta + step-likelihood sum."""
+    k = RBF(0.8)
+    tr = trace(bayes_machine, X, Y01, kernel=k, noise_prior=(2.0, 8.0))
+    assert [n for n, s in tr.items() if s["type"] == "sample"] == ["f", "eps", "y"]
+    assert tr["y"]["is_observed"] and isinstance(tr["y"]["fn"], NoisyStep)
+    f = np.asarray(tr["f"]["value"])
+    eps = 0.07
+    lp, _ = log_density(bayes_machine, (X,), {"y": Y01, "kernel": k, "noise_prior": (2.0, 8.0)},
+                        {"f": f, "eps": eps})
+    K, _ = gram(k, X)
+    agree = (Y01 == 1) == (f > 0)
+    expected = (stats.multivariate_normal(np.zeros(12), np.asarray(K)).logpdf(f) + stats.beta(2, 8).logpdf(eps)
+                + np.sum(np.where(agree, np.log1p(-eps), np.log(eps))))
+    assert float(lp) == pytest.approx(expected, rel=1e-10)
+
+
+def test_gp_classifier_probit_and_logit_likelihoods():
+    f = RNG.normal(size=12)
+    t = 2 * Y01 - 1
+    for link, loglik in (("probit", stats.norm.logcdf(t * f)), ("logit", -np.log1p(np.exp(-t * f)))):
+        lp, tr = log_density(gp_classifier, (X,), {"y": Y01, "link": link}, {"f": f})
+        K, _ = gram(RBF(), X)
+        prior = stats.multivariate_normal(np.zeros(12), np.asarray(K)).logpdf(f)
+        assert float(lp) == pytest.approx(prior + loglik.sum(), rel=1e-10)
+        assert set(tr) >= {"f", "y"}
+
+
+def test_labels_in_three_codings_give_the_same_observations():
+    obs = [np.asarray(trace(bayes_machine, X, y)["y"]["value"]) for y in (Y01, 2 * Y01 - 1, Y01.astype(bool))]
+    np.testing.assert_array_equal(obs[0], obs[1])
+    np.testing.assert_array_equal(obs[0], obs[2])
+    assert set(obs[0].tolist()) <= {0, 1}
+
+
+def test_prior_predictive_samples_labels():
+    tr = trace(bayes_machine, X, kernel=Matern(nu=2.5))
+    y = np.asarray(tr["y"]["value"])
+    assert y.shape == (12,) and set(np.unique(y)) <= {0, 1} and not tr["y"]["is_observed"]
+    tr = trace(gp_classifier, X[:, 0])  # 1-D inputs become a column
+    assert tr["f"]["value"].shape == (12,)
+
+
+@pytest.mark.parametrize("model", [gp_classifier, bayes_machine])
+def test_bad_input_is_named(model):
+    with pytest.raises(ValueError, match="y"):
+        trace(model, X, np.arange(12))
+    with pytest.raises(ValueError, match="y"):
+        trace(model, X, Y01[:5])
+    with pytest.raises(ValueError, match="X"):
+        trace(model, np.where(np.eye(12, 2) > 0, np.nan, X), Y01)
+    with pytest.raises(ValueError, match="X"):
+        trace(model, np.ones((2, 2, 2)))
+    with pytest.raises(TypeError, match="kernel"):
+        trace(model, X, Y01, kernel="rbf")
+
+
+def test_bad_model_options_are_named():
+    with pytest.raises(ValueError, match="noise_prior"):
+        trace(bayes_machine, X, Y01, noise_prior=(-1.0, 10.0))
+    with pytest.raises(ValueError, match="link"):
+        trace(gp_classifier, X, Y01, link="cauchit")
+
+
+def test_traced_labels_skip_checks():
+    """Under jit the checks step aside (values are tracers)."""
+
+    def lp(f, y):
+        return log_density(gp_classifier, (X,), {"y": y}, {"f": f})[0]
+
+    assert np.isfinite(jax.jit(lp)(jnp.zeros(12), jnp.asarray(Y01)))
+
+
+# --------------------------------------------------------------------------- width selection
+
+
+def test_select_lengthscale_picks_the_best_evidence():
+    from inference.ep.bayes_machine import fit
+    from probmodels.datasets import circle
+    from probmodels.selection import select_lengthscale
+
+    Xc, yc = circle(50, 0.05, seed=2)
+    grid = [0.1, 0.5, 2.5]
+    sel = select_lengthscale(Xc, yc, grid)
+    direct = [float(fit(np.asarray(gram(RBF(g), Xc)[0]), yc).log_evidence) for g in grid]
+    np.testing.assert_allclose(sel.log_evidence, direct, rtol=1e-10)
+    assert sel.lengthscale == grid[int(np.argmax(direct))]
+    assert sel.converged.all()
+    with pytest.raises(ValueError, match="grid"):
+        select_lengthscale(Xc, yc, [0.5, -1.0])
+
+
+def test_numpyro_model_runs_under_predictive():
+    pred = numpyro.infer.Predictive(bayes_machine, num_samples=3)(jax.random.PRNGKey(0), X)
+    assert pred["y"].shape == (3, 12) and pred["eps"].shape == (3,)

@@ -1,0 +1,244 @@
+"""The Bayesian HMM (probmodels/hmm.py): exact marginal likelihood against enumeration, sampling
+consistent with log_prob, padded batches, NUTS parameter recovery (posterior covers the truth,
+Baum-Welch agrees), recovered states in the DataTree, VI and Laplace run, bad input."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from scipy.special import logsumexp
+
+from inference import hmm as mp
+from inference._model import finish_samples
+from inference.posterior import Posterior
+from probmodels.hmm import HiddenMarkov, OrderedIID, hmm
+
+TRANS = np.array([[0.95, 0.05], [0.10, 0.90]])
+
+
+def simulate(num_steps, seed, emission="gaussian", trans=TRANS):
+    rng = np.random.default_rng(seed)
+    z = np.zeros(num_steps, int)
+    for t in range(1, num_steps):
+        z[t] = rng.choice(len(trans), p=trans[z[t - 1]])
+    if emission == "gaussian":
+        return rng.normal(np.array([-1.0, 1.5])[z], np.array([0.5, 0.7])[z]), z
+    return rng.poisson(np.array([2.0, 9.0])[z]), z
+
+
+def trace(obs, **kw):
+    return handlers.trace(handlers.seed(hmm, 0)).get_trace(obs, **kw)
+
+
+def enumerate_log_prob(init, trans, log_emission):
+    t, k = log_emission.shape
+    total = []
+    for path in itertools.product(range(k), repeat=t):
+        lp = np.log(init[path[0]]) + sum(log_emission[i, s] for i, s in enumerate(path))
+        lp += sum(np.log(trans[a, b]) for a, b in zip(path[:-1], path[1:]))
+        total.append(lp)
+    return logsumexp(total)
+
+
+# ----------------------------------------------------------------------------- structure
+@pytest.mark.parametrize("emission,sites", [
+    ("gaussian", ["init", "trans", "locs", "scales", "obs"]),
+    ("poisson", ["init", "trans", "rates", "obs"]),
+    ("categorical", ["init", "trans", "probs", "obs"]),
+])
+def test_sites_and_shapes(emission, sites):
+    x, _ = simulate(30, 0, "poisson")
+    tr = trace(x, num_states=3, emission=emission)
+    assert list(tr) == sites
+    assert tr["trans"]["value"].shape == (3, 3) and tr["obs"]["fn"].event_shape == (30,)
+    assert tr["obs"]["fn"].log_prob(tr["obs"]["value"]).shape == ()
+    if emission == "categorical":
+        assert tr["probs"]["value"].shape == (3, int(x.max()) + 1)
+    else:
+        name = "locs" if emission == "gaussian" else "rates"
+        assert np.all(np.diff(tr[name]["value"]) > 0)  # ordered by default
+
+
+@pytest.mark.parametrize("emission", ["gaussian", "poisson", "categorical"])
+def test_marginal_likelihood_equals_enumeration(emission):
+    """log p(x | params) of the obs site = sum over all K^T paths (K = 3, T = 5), 1e-10."""
+    x, _ = simulate(5, 1, "poisson")
+    tr = trace(x, num_states=3, emission=emission, ordered=False)
+    p = {k: np.asarray(v["value"]) for k, v in tr.items()}
+    le = np.asarray(mp.emission_log_likelihood(x, emission, p))
+    np.testing.assert_allclose(tr["obs"]["fn"].log_prob(x), enumerate_log_prob(p["init"], p["trans"], le),
+                               rtol=0, atol=1e-10)
+
+
+def test_padded_batch_log_prob_is_per_sequence():
+    xs = [simulate(n, s)[0] for n, s in ((12, 0), (7, 1), (3, 2))]
+    lengths = np.array([12, 7, 3])
+    batch = np.full((3, 12), np.nan)
+    for b, v in enumerate(xs):
+        batch[b, : len(v)] = v
+    tr = trace(batch, num_states=2, lengths=lengths)
+    params = {k: tr[k]["value"] for k in ("init", "trans", "locs", "scales")}
+    lp = tr["obs"]["fn"].log_prob(tr["obs"]["value"])
+    assert lp.shape == (3,)
+    for b, v in enumerate(xs):
+        one = handlers.trace(handlers.substitute(handlers.seed(hmm, 0), params)).get_trace(v, num_states=2)
+        np.testing.assert_allclose(lp[b], one["obs"]["fn"].log_prob(v), atol=1e-10)
+    # pointwise log likelihood (for LOO) is one number per sequence
+    draws = {k: jnp.stack([v, v]) for k, v in params.items()}
+    ll = numpyro.infer.log_likelihood(hmm, draws, batch, num_states=2, lengths=lengths)["obs"]
+    assert ll.shape == (2, 3)
+    np.testing.assert_allclose(ll[0], lp, atol=1e-10)
+
+
+def test_sampling_matches_log_prob():
+    """HiddenMarkov.sample frequencies of all 2^3 binary sequences equal exp(log_prob) within
+    5 Monte Carlo standard errors."""
+    log_init = jnp.log(jnp.array([0.3, 0.7]))
+    log_trans = jnp.log(jnp.array([[0.8, 0.2], [0.35, 0.65]]))
+    d = HiddenMarkov(log_init, log_trans, "categorical", {"probs": jnp.array([[0.9, 0.1], [0.25, 0.75]])},
+                     jnp.ones(3, bool))
+    n = 40000
+    x = np.asarray(d.sample(jax.random.PRNGKey(0), (n,)))
+    seqs = np.array(list(itertools.product(range(2), repeat=3)))
+    p = np.exp(np.asarray(d.log_prob(jnp.asarray(seqs))))
+    np.testing.assert_allclose(p.sum(), 1.0, atol=1e-12)
+    freq = np.array([np.mean(np.all(x == s, axis=1)) for s in seqs])
+    assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n))
+
+
+def test_ordered_iid_density_and_samples():
+    d = OrderedIID(dist.Normal(0.0, 1.0), 3)
+    v = jnp.array([-0.5, 0.1, 2.0])
+    np.testing.assert_allclose(d.log_prob(v), dist.Normal(0.0, 1.0).log_prob(v).sum() + np.log(6.0), atol=1e-12)
+    s = d.sample(jax.random.PRNGKey(0), (1000,))
+    assert s.shape == (1000, 3) and np.all(np.diff(s, axis=-1) > 0)
+    # the largest of 3 iid N(0,1) has mean 3 / (2 sqrt(pi)) = 0.846; MC s.e. ~ 0.75 / sqrt(1000)
+    assert abs(float(s[:, -1].mean()) - 3 / (2 * np.sqrt(np.pi))) < 5 * 0.75 / np.sqrt(1000)
+    assert OrderedIID(dist.Gamma(1.0, 1.0), 2).support is dist.constraints.positive_ordered_vector
+
+
+def test_prior_predictive_and_single_state():
+    prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=4)(key, None, num_states=2, num_steps=25))
+    pred = prior(jax.random.PRNGKey(0))
+    assert pred["obs"].shape == (4, 25) and pred["locs"].shape == (4, 2)
+    prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=2)(
+        key, None, num_states=2, num_steps=9, emission="categorical", num_categories=4))
+    pred = prior(jax.random.PRNGKey(0))
+    assert pred["obs"].shape == (2, 9) and pred["obs"].max() < 4
+    x, _ = simulate(10, 3)
+    tr = trace(x, num_states=1)
+    expected = dist.Normal(tr["locs"]["value"][0], tr["scales"]["value"][0]).log_prob(x).sum()
+    np.testing.assert_allclose(tr["obs"]["fn"].log_prob(x), expected, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- inference
+def nuts(x, num_samples=250, num_warmup=250, num_chains=2, **model_kwargs):
+    """Posterior samples (chain, draw, ...) with recovered states: inference.mcmc when it exists,
+    else NumPyro's NUTS plus the engines' shared finishing step."""
+    import inference
+
+    if hasattr(inference, "mcmc"):
+        post = inference.mcmc(hmm, x, num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains,
+                              seed=0, **model_kwargs)
+        return post
+    mc = numpyro.infer.MCMC(numpyro.infer.NUTS(hmm), num_warmup=num_warmup, num_samples=num_samples,
+                            num_chains=num_chains, chain_method="sequential", progress_bar=False)
+    mc.run(jax.random.PRNGKey(0), x, **model_kwargs)
+    samples, loglik, observed = finish_samples(hmm, mc.get_samples(), (x,), model_kwargs,
+                                               jax.random.PRNGKey(1), num_chains)
+    return Posterior(engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
+                     model=hmm, model_args=(x,), model_kwargs=model_kwargs)
+
+
+def check_recovery(post, x, z, emission, bw_tolerance):
+    truth = {"trans": TRANS}
+    truth.update({"locs": [-1.0, 1.5], "scales": [0.5, 0.7]} if emission == "gaussian" else {"rates": [2.0, 9.0]})
+    for name, value in truth.items():
+        draws = post.samples[name].reshape((-1,) + post.samples[name].shape[2:])
+        mean, sd = draws.mean(0), draws.std(0)
+        z_score = np.abs(mean - np.asarray(value)) / sd
+        assert np.all(z_score < 4.0), f"{name}: truth {value} outside posterior mean {mean} +- 4 sd {sd}"
+    # Baum-Welch (the MLE) reaches the same emission means as the posterior
+    fit = mp.baum_welch(x, 2, emission)
+    name = "locs" if emission == "gaussian" else "rates"
+    draws = post.samples[name].reshape(-1, 2)
+    assert np.all(np.abs(np.asarray(fit.params[name]) - draws.mean(0)) < bw_tolerance * draws.std(0))
+    # recovered states: shape (chain, draw, T); posterior mode matches the simulated states
+    states = post.samples["states"]
+    assert states.shape[:2] == post.samples[name].shape[:2] and states.shape[2:] == x.shape
+    accuracy = np.mean((states.reshape(-1, len(x)).mean(0) > 0.5) == z)
+    assert accuracy > 0.9
+
+
+@pytest.mark.parametrize("emission", ["gaussian", "poisson"])
+def test_nuts_recovers_parameters(emission):
+    """T = 300 (fast default run): every parameter's truth within 4 posterior sd; Baum-Welch's
+    means within 1 posterior sd of the posterior means; recovered states > 90 % correct."""
+    x, z = simulate(300, 2, emission)
+    post = nuts(x, num_states=2, emission=emission)
+    check_recovery(post, x, z, emission, bw_tolerance=1.0)
+    tree = post.to_arviz()
+    assert tree["posterior"]["states"].dims[:2] == ("chain", "draw")
+    assert tree["log_likelihood"]["obs"].dims == ("chain", "draw")  # one log likelihood per sequence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("emission", ["gaussian", "poisson"])
+def test_nuts_recovers_parameters_t2000(emission):
+    """The issue's T = 2000 version of the check above, with 4 chains of 500 draws."""
+    x, z = simulate(2000, 3, emission)
+    post = nuts(x, num_samples=500, num_warmup=500, num_chains=4, num_states=2, emission=emission)
+    check_recovery(post, x, z, emission, bw_tolerance=1.0)
+
+
+def test_vi_and_laplace_run_on_the_marginalised_model():
+    """The marginalised model is smooth in every continuous site: mean-field VI and the Laplace
+    approximation (MAP + Hessian) fit it; emission means land within 0.3 of the truth and the
+    Laplace covariance is positive definite."""
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoLaplaceApproximation, AutoNormal
+
+    x, _ = simulate(200, 4)
+    for guide in (AutoNormal(hmm), AutoLaplaceApproximation(hmm)):
+        svi = SVI(hmm, guide, numpyro.optim.Adam(0.05), Trace_ELBO())
+        res = svi.run(jax.random.PRNGKey(0), 800, x, num_states=2, progress_bar=False)
+        assert np.isfinite(res.losses[-1])
+        assert np.all(np.abs(guide.median(res.params)["locs"] - np.array([-1.0, 1.5])) < 0.3)
+    cov = jax.jit(lambda p: guide.get_posterior(p).covariance_matrix)(res.params)
+    assert np.all(np.linalg.eigvalsh(cov) > 0)
+
+
+# ----------------------------------------------------------------------------- bad input
+X = np.array([0.1, 0.5, -0.3, 1.2])
+
+
+@pytest.mark.parametrize("args,kwargs,match,error", [
+    ((X,), dict(num_states=0), "num_states must be >= 1", ValueError),
+    ((X,), dict(num_states=1.5), "num_states must be an int", TypeError),
+    ((X,), dict(emission="gamma"), "emission must be one of", ValueError),
+    ((np.array([0.1, np.nan]),), {}, "obs contains NaN", ValueError),
+    ((np.array([0, 1.5, 2]),), dict(emission="categorical"), "obs must hold integers", ValueError),
+    ((np.array([0, 1.5, 2]),), dict(emission="poisson"), "obs must hold integers", ValueError),
+    ((np.array([0, -2, 2]),), dict(emission="poisson"), "obs must be non-negative", ValueError),
+    ((np.array([0, 4, 2]),), dict(emission="categorical", num_categories=3), "num_categories=3", ValueError),
+    ((np.array([0, 1, 2]),), dict(emission="categorical", ordered=True), "ordered=True applies", ValueError),
+    ((X,), dict(ordered="yes"), "ordered must be a bool", TypeError),
+    ((None,), {}, "num_steps is required", ValueError),
+    ((None,), dict(num_steps=5, emission="categorical"), "num_categories is required", ValueError),
+    ((X,), dict(num_steps=5), "num_steps applies only", ValueError),
+    ((np.zeros((2, 2, 2)),), {}, "obs must have shape", ValueError),
+    ((np.zeros((2, 3)),), dict(lengths=np.array([1, 4])), r"lengths must lie in \[1, T=3\]", ValueError),
+    ((X,), dict(loc_prior=(0.0, -1.0)), "loc_prior must be", ValueError),
+    ((X,), dict(scale_prior=(0.0, 1.0)), "scale_prior must be", ValueError),
+    ((np.array([1, 2, 3]),), dict(emission="poisson", rate_prior=(1.0,)), "rate_prior must be", ValueError),
+    ((X,), dict(trans_concentration=0.0), "trans_concentration must be", ValueError),
+    ((X,), dict(init_concentration=np.nan), "init_concentration must be", ValueError),
+])
+def test_bad_input(args, kwargs, match, error):
+    with pytest.raises(error, match=match):
+        trace(*args, **kwargs)
