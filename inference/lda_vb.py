@@ -296,10 +296,14 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
     tol, e_tol, tau0 = (_options.positive_float(v, n) for v, n in ((tol, "tol"), (e_tol, "e_tol"), (tau0, "tau0")))
     if not 0.5 < float(kappa) <= 1.0:
         raise ValueError(f"kappa must lie in (0.5, 1] (Robbins-Monro steps), got {kappa!r}")
+    csr = _corpus(data, num_docs, vocab_size)
+    for name, value in (("alpha", alpha), ("eta", eta)):
+        if not np.all(np.isfinite(value)) or np.any(np.asarray(value) <= 0):
+            raise ValueError(f"{name} must be positive and finite, got {value!r}")
     dtype = jnp.result_type(float)
-    doc, word, count = np.asarray(data.doc), np.asarray(data.word), np.asarray(data.count, float)
-    csr = scipy.sparse.csr_matrix((count, (doc, word)), shape=(num_docs, vocab_size))
-    data = Triplets(jnp.asarray(doc, jnp.int32), jnp.asarray(word, jnp.int32), jnp.asarray(count, dtype))
+    coo = csr.tocoo()  # sorted by document, duplicates summed
+    data = Triplets(jnp.asarray(coo.row, jnp.int32), jnp.asarray(coo.col, jnp.int32), jnp.asarray(coo.data, dtype))
+    count = coo.data
     alpha = np.broadcast_to(np.asarray(alpha, float), (num_topics,))
     numbers = dict(alpha=jnp.asarray(alpha, dtype), eta=jnp.broadcast_to(jnp.asarray(eta, dtype), (vocab_size,)),
                    e_tol=jnp.asarray(e_tol, dtype), e_max_iter=jnp.asarray(e_max_iter, jnp.int32),
@@ -340,6 +344,20 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
     return state, diagnostics
 
 
+def _corpus(data, num_docs, vocab_size):
+    doc, word, count = (np.asarray(a) for a in data)
+    if not (doc.shape == word.shape == count.shape and doc.ndim == 1):
+        raise ValueError(f"data: doc, word and count must be 1-D of one length, got {doc.shape}, {word.shape}, {count.shape}")
+    if doc.size and (doc.min() < 0 or doc.max() >= num_docs or word.min() < 0 or word.max() >= vocab_size):
+        raise ValueError(f"data: ids out of range for {num_docs} documents and {vocab_size} words")
+    if not np.all(np.isfinite(count)) or np.any(count < 0):
+        raise ValueError("data: counts must be finite and non-negative")
+    csr = scipy.sparse.csr_matrix((count.astype(float), (doc, word)), shape=(num_docs, vocab_size))
+    csr.sum_duplicates()
+    csr.eliminate_zeros()
+    return csr
+
+
 class _Run:
     """One VB run driven from the host: batch sweeps, or online passes over shuffled mini-batches
     (``batch_size`` set), with its ELBO trace; ``advance`` goes on for up to ``budget`` updates or
@@ -354,6 +372,7 @@ class _Run:
             num_docs = csr.shape[0]
             self.num_batches = -(-num_docs // min(batch_size, num_docs))
             self.strata, self.max_entries = _strata(csr, self.num_batches)
+            self.active = np.ones(self.num_batches, bool)
 
     def advance(self, budget, tol, bar):
         done = 0
@@ -374,8 +393,8 @@ class _Run:
         return 1, _finite(float(info.elbo), "batch", self.updates + 1)
 
     def _pass(self, budget):
-        batches = _pass_batches(self.rng, self.csr, self.strata, self.num_batches, self.max_entries)
-        active = np.arange(self.num_batches) < budget
+        batches = _pass_batches(self.rng, self.csr, self.strata, self.max_entries)
+        active = self.active if budget >= self.num_batches else np.arange(self.num_batches) < budget
         nb = self.numbers
         self.state, info = _online_pass(self.state, batches, active, nb["alpha"], nb["eta"], nb["tau0"],
                                         nb["kappa"], nb["e_tol"], nb["e_max_iter"])
@@ -391,33 +410,38 @@ def _finite(value, method, updates):
 
 
 def _strata(csr, num_batches):
-    """Documents sorted by length, in strata of ``num_batches``: each mini-batch of a pass takes
-    one document of each stratum, so every mini-batch is a stratified random sample of the corpus
-    (the scaled statistics stay unbiased) and all hold about the same number of entries."""
+    """Documents sorted by length, in strata of ``num_batches`` ((strata, num_batches) ids, the last
+    row padded with ``num_docs``): each mini-batch of a pass takes one document of each stratum, so
+    every mini-batch is a stratified random sample of the corpus (the scaled statistics stay
+    unbiased) and all hold about the same number of entries; also that number's bound."""
+    num_docs = csr.shape[0]
     nnz = np.diff(csr.indptr)
     order = np.argsort(-nnz, kind="stable")
-    strata = [order[i : i + num_batches] for i in range(0, len(order), num_batches)]
-    return strata, int(sum(nnz[s].max() for s in strata))
+    strata = np.full((-(-num_docs // num_batches), num_batches), num_docs)
+    strata.flat[:num_docs] = order
+    return strata, int(np.sum(np.max(np.r_[nnz, 0][strata], axis=1)))
 
 
-def _pass_batches(rng, csr, strata, num_batches, max_entries):
-    """One pass: each stratum's documents dealt at random to the ``num_batches`` mini-batches,
-    padded to fixed shapes (``len(strata)`` documents, ``max_entries`` triplets: one compile)."""
-    num_docs = csr.shape[0]
-    docs = np.full((num_batches, len(strata)), num_docs, np.int32)
-    for j, stratum in enumerate(strata):
-        docs[rng.permutation(num_batches)[: len(stratum)], j] = rng.permutation(stratum)
+def _pass_batches(rng, csr, strata, max_entries):
+    """One pass: each stratum's documents dealt at random to the mini-batches, padded to fixed
+    shapes (one document per stratum, ``max_entries`` triplets: one compile). NumPy arrays, which
+    the jitted pass takes as they are."""
+    num_docs, (num_strata, num_batches) = csr.shape[0], strata.shape
+    dealt = np.take_along_axis(strata, np.argsort(rng.random(strata.shape), axis=1), axis=1)
+    docs = np.sort(dealt.T, axis=1)  # (num_batches, num_strata), padding (num_docs) last
+    valid = docs < num_docs
+    safe = np.where(valid, docs, 0)
+    sizes = np.where(valid, csr.indptr[safe + 1] - csr.indptr[safe], 0).ravel()
+    batch = np.repeat(np.repeat(np.arange(num_batches), num_strata), sizes)
+    slot = np.repeat(np.tile(np.arange(num_strata), num_batches), sizes)
+    first = np.cumsum(sizes) - sizes
+    entry = np.repeat(csr.indptr[safe.ravel()] - first, sizes) + np.arange(int(sizes.sum()))
+    per_batch = sizes.reshape(num_batches, num_strata).sum(1)
+    pos = np.arange(len(entry)) - np.repeat(np.cumsum(per_batch) - per_batch, per_batch)
     local, words = np.zeros((2, num_batches, max_entries), np.int32)
-    counts = np.zeros((num_batches, max_entries))
-    for b in range(num_batches):
-        chunk = np.sort(docs[b][docs[b] < num_docs])
-        docs[b] = num_docs
-        docs[b, : len(chunk)] = chunk
-        sub = csr[chunk].tocoo()
-        order = np.lexsort((sub.col, sub.row))
-        local[b, : sub.nnz], words[b, : sub.nnz], counts[b, : sub.nnz] = sub.row[order], sub.col[order], sub.data[order]
-    dtype = jnp.result_type(float)
-    return MiniBatch(jnp.asarray(docs), Triplets(jnp.asarray(local), jnp.asarray(words), jnp.asarray(counts, dtype)))
+    counts = np.zeros((num_batches, max_entries), np.result_type(float) if jax.config.jax_enable_x64 else np.float32)
+    local[batch, pos], words[batch, pos], counts[batch, pos] = slot, csr.indices[entry], csr.data[entry]
+    return MiniBatch(docs.astype(np.int32), Triplets(local, words, counts))
 
 
 def _progress_bar(on, total, method):

@@ -313,40 +313,46 @@ def _standardise(X, prior, structure):
     return Xs, prior_s, shift, spread, outer
 
 
-@functools.partial(jax.jit, static_argnames=("num_components", "structure", "max_iter", "num_restarts"))
+@functools.partial(jax.jit, static_argnames=("num_components", "structure", "max_iter"))
+def _fit_one(X, prior, num_components, rng_key, structure, max_iter, tol):
+    """One k-means++ start, standardised data; returns (state, trace, final ELBO, converged)."""
+    n = X.shape[0]
+    Xs, prior_s, shift, spread, outer = _standardise(X, prior, structure)
+    state = init(rng_key, Xs, prior_s, num_components, structure)
+
+    def cond(carry):
+        s, _ = carry
+        small = jnp.abs(s.elbo - s.prev_elbo) <= tol * n
+        return (s.iteration < max_iter) & ~((s.iteration >= 2) & small)
+
+    def body(carry):
+        s, trace = carry
+        s = update(Xs, prior_s, s, structure)
+        return s, trace.at[s.iteration - 1].set(s.elbo)
+
+    state, trace = lax.while_loop(cond, body, (state, jnp.full((max_iter,), jnp.nan, X.dtype)))
+    converged = jnp.abs(state.elbo - state.prev_elbo) <= tol * n
+    final = elbo(Xs, prior_s, state, structure)
+    jac = n * jnp.sum(jnp.log(spread))  # log-density change of the data under standardisation
+    state = state._replace(loc=shift + spread * state.loc, scale=state.scale * outer,
+                           elbo=state.elbo - jac, prev_elbo=state.prev_elbo - jac)
+    return state, trace - jac, final - jac, converged
+
+
 def fit(X, prior, num_components, rng_key, *, structure, max_iter: int = 1000, tol=1e-6,
         num_restarts: int = 1) -> CaviResult:
     """Run `update` under ``lax.while_loop`` until the ELBO gains less than ``tol`` nats per data
     point in a sweep (``tol`` is traced: no recompile when tuning it; ``tol = 1e-3 / n`` is
-    scikit-learn's rule), from ``num_restarts`` k-means++ starts; keep the best final ELBO."""
+    scikit-learn's rule), from ``num_restarts`` k-means++ starts (one compiled start, run in turn);
+    keep the best final ELBO. The data are standardised inside and the result mapped back."""
     X = jnp.asarray(X, jnp.result_type(float))
-    n = X.shape[0]
-    Xs, prior_s, shift, spread, outer = _standardise(X, prior, structure)
-
-    def one(key):
-        state = init(key, Xs, prior_s, num_components, structure)
-
-        def cond(carry):
-            s, _ = carry
-            small = jnp.abs(s.elbo - s.prev_elbo) <= tol * n
-            return (s.iteration < max_iter) & ~((s.iteration >= 2) & small)
-
-        def body(carry):
-            s, trace = carry
-            s = update(Xs, prior_s, s, structure)
-            return s, trace.at[s.iteration - 1].set(s.elbo)
-
-        state, trace = lax.while_loop(cond, body, (state, jnp.full((max_iter,), jnp.nan, X.dtype)))
-        converged = jnp.abs(state.elbo - state.prev_elbo) <= tol * n
-        return state, trace, elbo(Xs, prior_s, state, structure), converged
-
-    states, traces, finals, conv = jax.vmap(one)(jax.random.split(rng_key, num_restarts))
-    best = jnp.argmax(jnp.where(jnp.isfinite(finals), finals, -jnp.inf))
-    state = jax.tree_util.tree_map(lambda v: v[best], states)
-    jac = X.shape[0] * jnp.sum(jnp.log(spread))  # log-density change of the data under standardisation
-    state = state._replace(loc=shift + spread * state.loc, scale=state.scale * outer,
-                           elbo=state.elbo - jac, prev_elbo=state.prev_elbo - jac)
-    return CaviResult(state, finals[best] - jac, traces[best] - jac, conv[best], finals - jac)
+    tol = jnp.asarray(tol, X.dtype)
+    runs = [_fit_one(X, prior, num_components, key, structure, max_iter, tol)
+            for key in jax.random.split(rng_key, num_restarts)]
+    finals = jnp.stack([r[2] for r in runs])
+    best = int(jnp.argmax(jnp.where(jnp.isfinite(finals), finals, -jnp.inf)))
+    state, trace, final, converged = runs[best]
+    return CaviResult(state, final, trace, converged, finals)
 
 
 # ----------------------------------------------------------------------------- q as draws

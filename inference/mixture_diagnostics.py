@@ -222,7 +222,8 @@ def pareto_k(post) -> float | None:
     if np.ptp(log_w) <= 1e-10 * max(1.0, np.abs(log_w).max()):
         return 0.0  # q proportional to the posterior: no tail at all
     try:
-        _, khat = array_stats.psislw(log_w - log_w.max())
+        # arviz-stats' psislw takes the log likelihood of LOO and negates it: pass -log w.
+        _, khat = array_stats.psislw(-(log_w - log_w.max()))
     except ValueError:  # a degenerate tail (e.g. all tail values equal)
         return None
     return float(khat)

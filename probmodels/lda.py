@@ -8,19 +8,23 @@ out), evaluated over the corpus's nonzero entries only: memory O(nonzeros x K), 
 documents x words x topics.
 
 Sites: ``topics`` (K, V), ``theta`` (D, K), and the observed ``counts``: each document's
-``(word id, count)`` pairs, an int array (D, slots, 2) padded with count 0. Its log density is
-one number per document, the pointwise log likelihood that LOO uses.
+``(word id, count)`` pairs, an int array (D, slots, 2) padded with count 0 (slots = the most
+distinct words in one document). Its log density is one number per document, the pointwise log
+likelihood that LOO uses. The counts are data, so the site is always conditioned on them
+(``post.predict`` gives them back); ``DocumentWords.sample`` simulates documents.
 
 ``counts`` may be dense, ``scipy.sparse`` or ``(doc, word, count)`` triplets (see
-`probmodels.text`); negative / non-integer counts, documents without words, ``num_topics < 1``
-and ``alpha, eta <= 0`` are ValueErrors naming the argument, raised before any tracing.
-``batch_size`` subsamples documents (``numpyro.plate(..., subsample_size=batch_size)``, the
-likelihood and ``theta`` prior scaled by D / batch_size) for stochastic VI with a guide that
-supports subsampling (e.g. ``AutoNormal``).
+`probmodels.text`); negative / non-integer / NaN counts, documents without words (an error, not a
+silent drop, so rows of ``theta`` stay the rows of ``counts``), ``num_topics < 1`` and
+``alpha, eta <= 0`` are errors naming the argument, raised before any tracing.
+``batch_size`` subsamples documents (``numpyro.plate(..., subsample_size=batch_size)``: the
+likelihood and the ``theta`` prior scaled by D / batch_size) for stochastic VI run with
+``numpyro.infer.SVI`` and a guide that supports subsampling (e.g. ``AutoNormal``); the VB
+methods below draw their own mini-batches and refuse a subsampled model.
 
 Inference: ``inference.mcmc`` (NUTS, small corpora), ``inference.vi(lda, counts,
-method="online" | "batch")`` (variational Bayes, `inference.lda_vb`: seconds on Reuters), or
-``inference.vi`` with an autoguide.
+method="online" | "batch")`` (variational Bayes, `inference.lda_vb`: seconds on Reuters; its
+options through `inference.lda_vb.fit`), or ``inference.vi`` with an autoguide.
 
 Example:
     >>> import numpy as np, inference

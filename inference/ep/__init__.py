@@ -18,11 +18,12 @@ import types as _types
 
 from inference.ep.driver import ep
 from inference.ep.evidence import log_evidence
-from inference.ep.recognise import recognise
 from inference.ep.state import EPInfo, EPState
-from inference.ep.update import init, run, update
+from inference.ep.update import init, run
 
-__all__ = ["ep", "EPState", "EPInfo", "init", "update", "run", "log_evidence", "recognise"]
+# ``update`` and ``recognise`` are not re-exported: they would hide the submodules of the same
+# name (``from inference.ep.update import update``).
+__all__ = ["ep", "EPState", "EPInfo", "init", "run", "log_evidence"]
 
 
 class _CallablePackage(_types.ModuleType):

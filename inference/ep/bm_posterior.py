@@ -136,7 +136,7 @@ def _posterior_factor(parts, res, sparse):
 
 
 def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200,
-                 num_samples=1000, seed=0, progress=None, active_set_size=None, num_passes=3,
+                 num_samples=1000, seed=0, progress=None, active_set_size=None, num_passes=2,
                  negative_sites="clip") -> Posterior:
     """Kernel-form EP for a Bayes-machine model (see module doc); ``active_set_size=d`` runs the
     sparse Bayes machine. ``damping`` is the fraction of each site update taken (1: undamped).

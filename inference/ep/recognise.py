@@ -16,6 +16,17 @@ Rules (no model is recognised by name):
   prior Cholesky factor), else ``"function"`` (prior covariance ``A S0 A^T`` of the sites).
 
 Anything else raises a ``ValueError`` that names the site and says why.
+
+Example:
+    >>> import numpy as np, numpyro, numpyro.distributions as dist
+    >>> from inference._model import trace_model
+    >>> def model(X, y=None):
+    ...     w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    ...     numpyro.sample("y", dist.Bernoulli(logits=X @ w + 1.0), obs=y)
+    >>> X, y = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), np.array([1.0, 0.0, 1.0])
+    >>> rec = recognise(model, (X, y), {}, trace_model(model, (X, y), {}))
+    >>> rec.site_kinds, rec.A.tolist(), rec.b.tolist(), rec.problem.space
+    ({'y': 'quadrature'}, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], [1.0, 1.0, 1.0], 'weight')
 """
 
 from __future__ import annotations

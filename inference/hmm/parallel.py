@@ -23,12 +23,10 @@ Example:
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.nn import logsumexp
 
-from inference.hmm.forward_backward import normalise
+from inference.hmm.forward_backward import logsumexp, normalise
 
 
 def log_matmul(x, y):
@@ -40,7 +38,7 @@ def log_matmul(x, y):
     both maxima). K^3 exponentials and T K^3 memory: the parallel passes are for small K.
     """
     paths = x[..., :, :, None] + y[..., None, :, :]
-    return jax.nn.logsumexp(paths, axis=-2)
+    return logsumexp(paths, axis=-2)
 
 
 def _step_matrices(log_trans, log_emission, mask):

@@ -81,18 +81,21 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
     return _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common)
 
 
-def _stable_run(run, finalize, attempts, state_of=lambda s: s):
+def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None):
     """Run EP with the first (damping, sequential) setting whose result is finite; a diverged run
     (non-finite site parameters) is retried with the next setting and reported in the diagnostics,
-    never returned as NaN."""
+    never returned as NaN. With ``tol``, a parallel run must also converge to be kept (the
+    factorised probit EP oscillates on correlated genes where the sequential schedule converges)."""
     for damping, seq in attempts:
         state = run(damping, seq)
         out = finalize(state)
-        finite = all(bool(np.all(np.isfinite(np.asarray(x)))) for x in out) and \
-            bool(np.all(np.isfinite(np.asarray(state_of(state).max_change))))
+        change = np.asarray(state_of(state).max_change)
+        finite = all(bool(np.all(np.isfinite(np.asarray(x)))) for x in out) and bool(np.all(np.isfinite(change)))
+        if finite and tol is not None and not seq and not np.all(change <= tol) and (damping, seq) != attempts[-1]:
+            finite = False
         if finite:
             if (damping, seq) != attempts[0]:
-                warnings.warn(f"spike-and-slab EP diverged with damping={attempts[0][0]:g}, schedule="
+                warnings.warn(f"spike-and-slab EP diverged or oscillated with damping={attempts[0][0]:g}, schedule="
                               f"{'sequential' if attempts[0][1] else 'parallel'}; used damping={damping:g}, "
                               f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, stacklevel=4)
             return state, out, (damping, seq)
@@ -130,7 +133,7 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     state, out, used = _stable_run(
         lambda dmp, sq: (module.run(data, jnp.asarray(dmp), *hyper[1:], **({"sequential": sq} if module is ep_probit
                                                                              else {}))),
-        lambda st: module.finalize(st, data), attempts)
+        lambda st: module.finalize(st, data), attempts, tol=tol if module is ep_probit else None)
     m, v, incl, a, b, log_z = (np.asarray(x) for x in out)
     if module is ep_probit_full:
         prob_fn = lambda X, off: ep_probit_full.predictive_probability(state, data, X, off)  # noqa: E731
