@@ -93,6 +93,8 @@ def test_regression_agrees_with_nuts(regression_data, name, model, kind):
     post = ep(model, X, y, progress=False)
     assert post.diagnostics["converged"] and post.diagnostics["site_kinds"]["y"] == kind
     ref = inference.mcmc(model, X, y, **NUTS)
+    # Measured (seed 1, 2 x 700 draws): max mean error 0.030 / 0.030 / 0.023 SD and max SD error
+    # 3.2% / 3.8% / 4.8% (probit / logistic / Poisson); MC error of the NUTS means <= 0.032 SD.
     names = [b for b in ("w", "b") if b in ref.samples]
     draws = np.concatenate([ref.samples[n].reshape(2, 700, -1) for n in names], axis=-1)
     check(post, draws)
@@ -100,12 +102,14 @@ def test_regression_agrees_with_nuts(regression_data, name, model, kind):
 
 def test_gp_classifier_agrees_with_nuts():
     # n = 200 points in 2-D; EP on the model as a user writes it (kernel matrix inside), NUTS on the
-    # whitened version of the same model. Measured (seed 1): max mean error 0.047 SD, SD error < 7%.
+    # whitened version of the same model (NUTS on the model as written does not mix: R-hat > 3).
+    # Measured (seed 1, 2 x 1000 draws): max mean error 0.047 SD, max SD error 6.6%, MC error of the
+    # NUTS means <= 0.024 SD (and about 2% on each SD).
     rng = np.random.default_rng(1)
     X = rng.uniform(-2, 2, size=(200, 2))
     y = (np.sin(2 * X[:, 0]) + X[:, 1] + 0.3 * rng.normal(size=200) > 0).astype(float)
     post = ep(gp_classifier, X, y, progress=False)
     assert post.diagnostics["converged"] and post.diagnostics["space"] == "function"
     L = np.linalg.cholesky(np.asarray(rbf(jnp.asarray(X))))
-    ref = inference.mcmc(gp_classifier_whitened, L, y, **NUTS)
+    ref = inference.mcmc(gp_classifier_whitened, L, y, **{**NUTS, "num_warmup": 500, "num_samples": 1000})
     check(post, ref.samples["f"])

@@ -14,6 +14,10 @@ from scipy.special import gammaln, logsumexp, multigammaln
 from inference import mixture_cavi as mc
 from probmodels.datasets import gaussian_mixture_data
 
+# One data set and one number of draws for the checks below, so that they share compilations.
+X60 = gaussian_mixture_data(60, seed=1).X
+NUM_DRAWS = 4000
+
 
 def _prior(d, covariance, concentration=1.0):
     scale = np.diag(np.linspace(0.5, 1.5, d)) if covariance == "full" else np.linspace(0.5, 1.5, d)
@@ -115,14 +119,15 @@ def _weights_of(draw):
     return np.concatenate([v, [1.0]]) * np.concatenate([[1.0], np.cumprod(1 - v)])
 
 
-@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("structure", [STRUCTURES[0], STRUCTURES[3]], ids=["full-dirichlet", "diag-stick-learned"])
 def test_log_q_matches_scipy_and_the_closed_form_elbo_matches_monte_carlo(structure):
-    X = gaussian_mixture_data(60, seed=1).X
+    X = X60
     prior = _prior(2, structure.covariance)
     state = _perturbed(_state_after(X, prior, 3, structure))
     num = 600
-    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(1), state, structure, num).items()}
+    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(1), state, structure, NUM_DRAWS).items()}
     log_qs = np.asarray(jax.vmap(lambda v: mc.log_q(v, state, structure))(draws))
+    _check_kl(draws, state, prior, structure)
     # log q, term by term, against SciPy for a few draws.
     for s in range(3):
         one = {k: v[s] for k, v in draws.items()}
@@ -174,11 +179,15 @@ def _np_mixture_density(X, weights, locs, spread, covariance):
     return np.sum(weights[:, None, :] * np.exp(log_comp), -1)
 
 
-@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("structure", [STRUCTURES[0], STRUCTURES[2], STRUCTURES[3]],
+                         ids=["full-dirichlet", "full-stick", "diag-stick-learned"])
 def test_elbo_never_decreases(structure):
-    X = jnp.asarray(gaussian_mixture_data(300, seed=2).X)
+    X = jnp.asarray(X60)
     prior = _prior(2, structure.covariance)
-    s = mc.init(jax.random.PRNGKey(3), X, prior, 6, structure)
+    s = mc.init(jax.random.PRNGKey(3), X, prior, 3, structure)
+    # start from random soft assignments (far from the optimum) so the ascent has work to do
+    r = jnp.asarray(np.random.default_rng(3).dirichlet(np.ones(3), size=X.shape[0]))
+    s = mc._update_theta(X, r, prior, s, structure)
     values = []
     for _ in range(60):
         s = mc.update(X, prior, s, structure)
@@ -186,44 +195,52 @@ def test_elbo_never_decreases(structure):
     values.append(float(mc.elbo(X, prior, s, structure)))
     steps = np.diff(values)
     assert np.all(steps >= -1e-9 * np.abs(values[1:])), steps.min()
-    assert values[-1] > values[0] + 1.0  # and it actually moved
+    assert values[-1] > values[0] + 10.0  # and it actually climbed
 
 
-def test_kl_of_normal_inverse_wishart_matches_monte_carlo():
-    X = gaussian_mixture_data(50, seed=4).X
-    for covariance in ("full", "diag"):
-        structure = mc.Structure(covariance, "dirichlet")
-        prior = _prior(2, covariance)
-        state = _state_after(X, prior, 2, structure)
-        draws = mc.sample_q(jax.random.PRNGKey(5), state, structure, 3000)
-        kl = np.asarray(mc._kl_components(state, prior, structure))
-        # Monte Carlo of E_q[log q - log p] for component 0 alone.
-        vals = []
-        for s in range(3000):
-            one = {k: np.asarray(v[s]) for k, v in draws.items()}
-            m, psi, b, nu = np.asarray(state.loc[0]), np.asarray(state.scale[0]), float(state.strength[0]), float(state.df[0])
-            m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
-            if covariance == "full":
-                c, mu = one["cov"][0], one["locs"][0]
-                lq = stats.invwishart.logpdf(c, df=nu, scale=psi) + stats.multivariate_normal.logpdf(mu, m, c / b)
-                lp = stats.invwishart.logpdf(c, df=nu0, scale=psi0) + stats.multivariate_normal.logpdf(mu, m0, c / b0)
-            else:
-                sd, mu = one["scales"][0], one["locs"][0]
-                lq = np.sum(stats.invgamma.logpdf(sd**2, nu / 2, scale=psi / 2) + stats.norm.logpdf(mu, m, sd / np.sqrt(b)))
-                lp = np.sum(stats.invgamma.logpdf(sd**2, nu0 / 2, scale=psi0 / 2) + stats.norm.logpdf(mu, m0, sd / np.sqrt(b0)))
-            vals.append(lq - lp)
-        vals = np.asarray(vals)
-        assert abs(vals.mean() - kl[0]) < 4 * vals.std() / np.sqrt(len(vals)), (covariance, vals.mean(), kl[0])
+def _invwishart_logpdf(x, df, scale):
+    """Vectorised inverse-Wishart log density over a batch of matrices x (S, d, d)."""
+    d = scale.shape[-1]
+    _, logdet_x = np.linalg.slogdet(x)
+    tr = np.trace(scale @ np.linalg.inv(x), axis1=-2, axis2=-1)
+    return (0.5 * df * np.linalg.slogdet(scale)[1] - 0.5 * df * d * np.log(2) - multigammaln(0.5 * df, d)
+            - 0.5 * (df + d + 1) * logdet_x - 0.5 * tr)
 
 
-@pytest.mark.parametrize("structure", [STRUCTURES[0], STRUCTURES[3]], ids=["full-dirichlet", "diag-stick"])
+def _mvn_logpdf(x, mean, cov):
+    d = x.shape[-1]
+    diff = x - mean
+    sol = np.linalg.solve(cov, diff[..., None])[..., 0]
+    return -0.5 * np.sum(diff * sol, -1) - 0.5 * np.linalg.slogdet(cov)[1] - 0.5 * d * np.log(2 * np.pi)
+
+
+def _check_kl(draws, state, prior, structure):
+    """KL(q(locs_0, cov_0) || p(locs_0, cov_0)) in closed form against Monte Carlo (NumPy/SciPy)."""
+    kl = float(np.asarray(mc._kl_components(state, prior, structure))[0])
+    m, psi, b, nu = np.asarray(state.loc[0]), np.asarray(state.scale[0]), float(state.strength[0]), float(state.df[0])
+    m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
+    mu = draws["locs"][:, 0]
+    if structure.covariance == "full":
+        c = draws["cov"][:, 0]
+        assert _invwishart_logpdf(c[:2], nu, psi) == pytest.approx(
+            [stats.invwishart.logpdf(ci, df=nu, scale=psi) for ci in c[:2]], rel=1e-10)
+        lq = _invwishart_logpdf(c, nu, psi) + _mvn_logpdf(mu, m, c / b)
+        lp = _invwishart_logpdf(c, nu0, psi0) + _mvn_logpdf(mu, m0, c / b0)
+    else:
+        sd = draws["scales"][:, 0]
+        lq = np.sum(stats.invgamma.logpdf(sd**2, nu / 2, scale=psi / 2) + stats.norm.logpdf(mu, m, sd / np.sqrt(b)), -1)
+        lp = np.sum(stats.invgamma.logpdf(sd**2, nu0 / 2, scale=psi0 / 2) + stats.norm.logpdf(mu, m0, sd / np.sqrt(b0)), -1)
+    vals = lq - lp
+    assert abs(vals.mean() - kl) < 4 * vals.std() / np.sqrt(len(vals)), (vals.mean(), kl)
+
+
+@pytest.mark.parametrize("structure", [STRUCTURES[0], STRUCTURES[3]], ids=["full-dirichlet", "diag-stick-learned"])
 def test_variational_predictive_matches_monte_carlo(structure):
-    X = gaussian_mixture_data(80, seed=6).X
     prior = _prior(2, structure.covariance)
-    state = _state_after(X, prior, 3, structure)
+    state = _state_after(X60, prior, 3, structure)
     X_new = np.array([[-3.0, 0.0], [0.5, 3.0], [6.0, -2.0]])
     exact = np.asarray(mc.log_predictive(X_new, state, structure))
-    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(7), state, structure, 40000).items()}
+    draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(7), state, structure, NUM_DRAWS).items()}
     if "weights" in draws:
         weights = draws["weights"]
     else:
@@ -238,10 +255,9 @@ def test_variational_predictive_matches_monte_carlo(structure):
 
 
 def test_ordered_log_q_sums_the_relabellings():
-    X = gaussian_mixture_data(60, seed=8).X
     structure = mc.Structure("full", "dirichlet")
-    state = _state_after(X, _prior(2, "full"), 3, structure)
-    draw = {k: v[0] for k, v in mc.sample_q(jax.random.PRNGKey(9), state, structure, 1).items()}
+    state = _state_after(X60, _prior(2, "full"), 3, structure)
+    draw = {k: v[0] for k, v in mc.sample_q(jax.random.PRNGKey(9), state, structure, NUM_DRAWS).items()}
     draw = mc.sort_components(draw, structure)
     terms = []
     for perm in itertools.permutations(range(3)):
@@ -255,9 +271,9 @@ def test_fit_recovers_simulated_clusters_and_tol_is_traced():
     prior = _prior(2, "full")
     structure = mc.Structure("full", "dirichlet")
     res = mc.fit(data.X, prior, 3, jax.random.PRNGKey(0), structure=structure, max_iter=200, tol=1e-8)
-    size = mc.fit._cache_size()
+    size = mc._fit_one._cache_size()
     res2 = mc.fit(data.X, prior, 3, jax.random.PRNGKey(0), structure=structure, max_iter=200, tol=1e-4)
-    assert mc.fit._cache_size() == size  # tolerance is a traced number: no recompilation
+    assert mc._fit_one._cache_size() == size  # tolerance is a traced number: no recompilation
     assert bool(res.converged) and int(res.state.iteration) <= 200
     assert int(res2.state.iteration) <= int(res.state.iteration)
     order = np.argsort(np.asarray(res.state.loc[:, 0]))
@@ -268,9 +284,3 @@ def test_fit_recovers_simulated_clusters_and_tol_is_traced():
     assert np.max(np.abs(w - data.weights[np.argsort(data.locs[:, 0])])) < 0.05
     # every restart's ELBO is a lower bound of the best's
     assert float(res.elbo) == pytest.approx(float(np.max(res.restart_elbos)))
-
-
-def test_kmeans_start_finds_separated_clusters():
-    X = jnp.asarray(gaussian_mixture_data(300, seed=3).X)
-    r = np.asarray(mc.kmeans_responsibilities(jax.random.PRNGKey(0), X, 3))
-    assert r.shape == (300, 3) and np.all(r.sum(1) == 1) and np.all(r.sum(0) > 40)
