@@ -22,8 +22,9 @@ Only the d active points carry sites; the other likelihood terms are left out of
 3. Refining passes (``num_passes``, default 2): every point is scored from its cavity (an
    inactive point's marginal, an active point's marginal without its own site) and the best
    inactive points replace the worst active ones while they score higher (at most
-   ``swap_fraction * d`` swaps a pass); EP is rerun on the new set. A pass with no swap ends the
-   refinement. Measured test error % at d = 5 / 10 / 20% of n, mean of 2 seeds (the full machine:
+   ``swap_fraction * d`` swaps a pass); EP is rerun on the new set. The swaps are kept only if
+   the new active set explains all n training labels better (sum of log predictive
+   probabilities); otherwise, or when no swap is proposed, the refinement ends. Measured test error % at d = 5 / 10 / 20% of n, mean of 2 seeds (the full machine:
    3.6% on the noisy circle, 3.0% on twonorm with n = 1000):
 
    | passes | circle n=300, 10% flips | circle n=300, clean | twonorm n=600 |
@@ -210,6 +211,7 @@ def fit_sparse(K, y, noise_prior=(1.0, 10.0), *, active_set_size, schedule="para
         return res, f_mean, f_var
 
     res, f_mean, f_var = ep_on(active, sites)
+    fit_all = _training_log_lik(res, f_mean, f_var, t)
     max_swaps = max(1, int(np.ceil(float(swap_fraction) * d)))
     total_swaps, passes = 0, 0
     for _ in range(int(num_passes) if d < n else 0):
@@ -229,11 +231,22 @@ def fit_sparse(K, y, noise_prior=(1.0, 10.0), *, active_set_size, schedule="para
         order = np.argsort(new_active)
         old_sites = (res.tau, res.nu, res.site_a, res.site_b)
         new_sites = tuple(np.concatenate([np.asarray(s)[keep], np.zeros(k)])[order] for s in old_sites)
-        active = new_active[order]
-        res, f_mean, f_var = ep_on(active, new_sites)
+        new_active = new_active[order]
+        new = ep_on(new_active, new_sites)
+        new_fit = _training_log_lik(new[0], new[1], new[2], t)
+        if not new_fit > fit_all:  # the swaps do not explain the n training labels better: stop
+            break
+        active, (res, f_mean, f_var), fit_all = new_active, new, new_fit
         total_swaps += k
     return SparseBMResult(jnp.asarray(active), res, f_mean, f_var, total_swaps, passes, res.log_evidence,
                           res.converged)
+
+
+def _training_log_lik(res, f_mean, f_var, t):
+    """sum_i log p(t_i | active model) over all n training labels: the refinement's objective."""
+    e = res.eps_mean
+    p_right = e + (1.0 - 2.0 * e) * ndtr(t * f_mean / jnp.sqrt(f_var))
+    return float(jnp.sum(jnp.log(p_right)))
 
 
 def predict_sparse(result: SparseBMResult, K_cross_active, k_diag, prior_mean=None):
