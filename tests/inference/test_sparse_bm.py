@@ -48,8 +48,9 @@ def test_full_active_set_equals_the_full_machine(problem):
 
 
 def test_small_active_set_error_close_to_full():
-    """Twonorm, n = 300, d = 30 (10%) and 60 (20%): test error (2000 points) within 2.5 points of
-    the full machine's (measured: full 3.0%, d=30 3.6%, d=60 3.2%)."""
+    """Twonorm, n = 300, d = 30 (10%) and 60 (20%): test error (2000 points) within 1.5 points of
+    the full machine's (measured: full 1.85%, d=30 2.30%, d=60 2.35%; over 3 seeds the gap was at
+    most 1.25 points at d=30 and 0.5 at d=60)."""
     X, y = twonorm(300, seed=0)
     Xt, yt = twonorm(2000, seed=1)
     k = RBF(np.sqrt(20.0))
@@ -63,7 +64,7 @@ def test_small_active_set_error_close_to_full():
         assert A.shape == (d,) and bool(sp.converged)
         _, _, p = predict_sparse(sp, k(Xt, X[A]), k.diag(Xt))
         err = np.mean((np.asarray(p) > 0.5) != (yt > 0))
-        assert err < err_full + 0.025, (d, err, err_full)
+        assert err < err_full + 0.015, (d, err, err_full)
 
 
 def test_prediction_uses_the_active_set_only(problem):
