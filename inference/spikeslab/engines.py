@@ -121,18 +121,14 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     hyper = (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter))
     start = time.perf_counter()
     if covariance == "full":
-        if seq:
-            raise ValueError("schedule: full-covariance probit EP runs the parallel schedule; use "
-                             "covariance='factorized' for the sequential one")
-        attempts = [(damping, False)]
+        attempts = [(damping, seq)]
         module = ep_probit_full
     else:  # the parallel factorised schedule can diverge on correlated genes: fall back to sequential
         attempts = [(damping, seq)] + ([] if seq else [(damping, True)])
         module = ep_probit
     attempts += [(damping / 2**k, attempts[-1][1]) for k in (1, 2, 3)]
     state, out, used = _stable_run(
-        lambda dmp, sq: (module.run(data, jnp.asarray(dmp), *hyper[1:], **({"sequential": sq} if module is ep_probit
-                                                                             else {}))),
+        lambda dmp, sq: module.run(data, jnp.asarray(dmp), *hyper[1:], sequential=sq),
         lambda st: module.finalize(st, data), attempts, tol=tol if module is ep_probit else None)
     m, v, incl, a, b, log_z = (np.asarray(x) for x in out)
     if module is ep_probit_full:

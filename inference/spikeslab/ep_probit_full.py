@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -97,27 +98,68 @@ def _likelihood_targets(state: FullState, data: ProbitData):
 def update(state: FullState, data: ProbitData, damping) -> FullState:
     """One parallel sweep: every likelihood site and every prior site from the same Q, damped."""
     t_new, n_new, ok_l, _, _, _ = _likelihood_targets(state, data)
-    tau_c = 1.0 / state.v - state.tau
-    nu_c = state.m / state.v - state.nu
+    mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
+    return _prior_sweep(state, data, damping, mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l),
+                        jnp.sum(~ok_l), state.m, state.v)
+
+
+def update_sequential(state: FullState, data: ProbitData, damping) -> FullState:
+    """One sequential sweep: likelihood sites one at a time, the Gaussian over ``f = X w`` kept
+    exactly by rank-one updates (O(n^2) per site), then the prior sites (parallel, damped)."""
+    X = data.X
+    n = X.shape[0]
+    C = _woodbury(X, state.lik_tau, state.tau)[1]
+    Sf = (X / state.tau) @ X.T - C.T @ C  # cov(f) = K - K S^1/2 B^-1 S^1/2 K
+
+    def body(carry, i):
+        lik_tau, lik_nu, Sf, mf, skipped = carry
+        sii = Sf[i, i]
+        tau_c, nu_c = 1.0 / sii - lik_tau[i], mf[i] / sii - lik_nu[i]
+        ok = tau_c > 0
+        v_c = 1.0 / jnp.where(ok, tau_c, 1.0)
+        m_c = nu_c * v_c
+        _, alpha, beta = probit_tilted(m_c + data.offset[i], v_c, data.y[i])
+        ok = ok & (v_c * beta < 1.0)
+        t_new = beta / jnp.where(ok, 1.0 - v_c * beta, 1.0)
+        n_new = (m_c + v_c * alpha) * (tau_c + t_new) - nu_c
+        dt = jnp.where(ok, damping * (t_new - lik_tau[i]), 0.0)
+        dn = jnp.where(ok, damping * (n_new - lik_nu[i]), 0.0)
+        col = Sf[:, i]
+        den = 1.0 + dt * sii
+        Sf = Sf - (dt / den) * jnp.outer(col, col)
+        mf = mf + col * (dn - dt * mf[i]) / den
+        return (lik_tau.at[i].add(dt), lik_nu.at[i].add(dn), Sf, mf, skipped + (~ok)), None
+
+    init_c = (state.lik_tau, state.lik_nu, Sf, state.mf, jnp.asarray(0, jnp.int32))
+    (lik_tau, lik_nu, _, _, skipped), _ = lax.scan(body, init_c, jnp.arange(n))
+    m, v, _, _, _, _ = _global(X, lik_tau, lik_nu, state.tau, state.nu)
+    return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v)
+
+
+def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v) -> FullState:
+    """Prior sites from the marginals ``(m, v)`` of Q (parallel, damped), then the new Q."""
+    tau_c = 1.0 / v - state.tau
+    nu_c = m / v - state.nu
     ok_p = tau_c > 0
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
     mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
-    lik_tau, lik_nu = mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l)
     tau, nu = mix(tau_new, state.tau, ok_p), mix(nu_new, state.nu, ok_p)
     m, v, mf, vf, _, _ = _global(data.X, lik_tau, lik_nu, tau, nu)
     incl = jnp.where(ok_p, t.incl, state.incl)
     change = jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - state.incl), jnp.abs(m - state.m) / jnp.sqrt(v)),
                                  jnp.abs(jnp.log(v / state.v))))
     change = jnp.maximum(change, jnp.max(jnp.abs(mf - state.mf) / jnp.sqrt(vf)))
-    skipped = jnp.sum(~ok_l) + jnp.sum(~ok_p)
+    skipped = skipped_lik + jnp.sum(~ok_p)
     return FullState(lik_tau, lik_nu, tau, nu, m, v, mf, vf, incl, state.iteration + 1, change,
                      jnp.sum(clipped & ok_p).astype(jnp.int32), skipped.astype(jnp.int32))
 
 
-@jax.jit
-def run(data: ProbitData, damping, tol, max_iter) -> FullState:
+@partial(jax.jit, static_argnames=("sequential",))
+def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False) -> FullState:
+    """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v, f) is below ``tol``."""
+    step = update_sequential if sequential else update
     return lax.while_loop(lambda s: (s.iteration < max_iter) & (s.max_change > tol),
-                          lambda s: update(s, data, damping), init(data))
+                          lambda s: step(s, data, damping), init(data))
 
 
 @jax.jit
