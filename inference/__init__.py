@@ -21,14 +21,11 @@ from inference.mcmc import mcmc
 from inference.posterior import Posterior, load
 from inference.vi import vi
 
+# Imported after the package ``inference.ep`` so that the name means the function (the package
+# is also callable, see inference/ep/__init__.py, in case it is rebound by a later import).
+from inference.ep.driver import ep  # noqa: E402
+
 _cache.enable()
-
-
-def ep(model, *args, **kwargs):
-    """Expectation propagation for latent-Gaussian models (see `inference.ep.driver`)."""
-    from inference.ep.driver import ep as _ep
-
-    return _ep(model, *args, **kwargs)
 
 
 __all__ = ["Posterior", "SingularHessianError", "ep", "fit", "laplace", "load", "mcmc", "recovered", "vi"]

@@ -76,11 +76,10 @@ def cases() -> list[Case]:
 
     out = [
         _linear_case(),
-        # "ep" joins these once the EP engine's tests are verified (see tests/unverified.txt).
         _classification_case("logistic_regression", probmodels.logistic_regression, "breast", 100,
-                             ("mcmc", "vi", "laplace")),
+                             ("mcmc", "vi", "laplace", "ep")),
         _classification_case("probit_regression", probmodels.probit_regression, "pima", 100,
-                             ("mcmc", "vi", "laplace")),
+                             ("mcmc", "vi", "laplace", "ep")),
     ]
     for extra in _family_cases():
         out.extend(extra())
