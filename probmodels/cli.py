@@ -12,14 +12,21 @@ import inspect
 import os
 import sys
 
+# model name -> (module, what the CSV holds): "Xy" features + a --target column, "X" features only
+# (clustering), "series" one observation column (--target, or the only column), "counts" a
+# document-term count matrix (one row per document).
 MODELS = {
-    "linear_regression": "probmodels.regression",
-    "logistic_regression": "probmodels.regression",
-    "probit_regression": "probmodels.regression",
-    "gp_classifier": "probmodels.gp",
-    "bayes_machine": "probmodels.gp",
-    "spike_and_slab_regression": "probmodels.spike_slab",
-    "spike_and_slab_probit": "probmodels.spike_slab",
+    "linear_regression": ("probmodels.regression", "Xy"),
+    "logistic_regression": ("probmodels.regression", "Xy"),
+    "probit_regression": ("probmodels.regression", "Xy"),
+    "gp_classifier": ("probmodels.gp", "Xy"),
+    "bayes_machine": ("probmodels.gp", "Xy"),
+    "spike_and_slab_regression": ("probmodels.spike_slab", "Xy"),
+    "spike_and_slab_probit": ("probmodels.spike_slab", "Xy"),
+    "gaussian_mixture": ("probmodels.mixtures", "X"),
+    "dp_mixture": ("probmodels.mixtures", "X"),
+    "hmm": ("probmodels.hmm", "series"),
+    "lda": ("probmodels.lda", "counts"),
 }
 ENGINES = ("mcmc", "vi", "laplace", "ep")
 
@@ -27,8 +34,15 @@ ENGINES = ("mcmc", "vi", "laplace", "ep")
 def _model(name):
     if name not in MODELS:
         raise SystemExit(f"error: unknown model {name!r}; choose from {', '.join(sorted(MODELS))}")
-    module = __import__(MODELS[name], fromlist=[name])
+    module = __import__(MODELS[name][0], fromlist=[name])
     return getattr(module, name)
+
+
+def _engine_options(engine) -> set:
+    import inference
+
+    fn = getattr(inference, engine)
+    return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def _model_help() -> str:
@@ -45,7 +59,8 @@ def _model_help() -> str:
     return "\n".join(lines)
 
 
-def _read_csv(path, target):
+def _read_csv(path, target, kind="Xy"):
+    """Numeric CSV with a header row -> the model's data arguments (clear errors, no tracebacks)."""
     import numpy as np
 
     if not os.path.exists(path):
@@ -53,7 +68,13 @@ def _read_csv(path, target):
     with open(path) as fh:
         header = fh.readline().strip().split(",")
     header = [h.strip().strip('"') for h in header]
-    if target not in header:
+    if header == [""]:
+        raise SystemExit(f"error: {path} is empty; expected a header row and numeric rows")
+    if kind == "series" and target is None and len(header) == 1:
+        target = header[0]
+    if kind in ("Xy", "series") and target is None:
+        target = "y"
+    if kind in ("Xy", "series") and target not in header:
         raise SystemExit(f"error: --target column {target!r} not in {path} (columns: {', '.join(header)})")
     try:
         data = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=float)
@@ -62,7 +83,17 @@ def _read_csv(path, target):
     data = np.atleast_2d(data)
     if data.shape[1] != len(header) or np.isnan(data).any():
         raise SystemExit(f"error: {path} has non-numeric or missing values; every column must be numeric")
+    if data.size == 0 or data.shape[0] == 0:
+        raise SystemExit(f"error: {path} has a header but no data rows")
+    if kind == "X":
+        return (data,)
+    if kind == "counts":
+        if (data < 0).any() or (data != np.round(data)).any():
+            raise SystemExit(f"error: {path} must hold non-negative integer counts for this model")
+        return (data.astype(np.int64),)
     j = header.index(target)
+    if kind == "series":
+        return (data[:, j],)
     return np.delete(data, j, axis=1), data[:, j]
 
 
@@ -73,6 +104,16 @@ def _parse_value(text):
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _pairs(items, flag) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"error: {flag} expects NAME=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v.strip())
+    return out
 
 
 def main(argv=None) -> int:
@@ -87,12 +128,15 @@ def main(argv=None) -> int:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p_fit.add_argument("model", help="library model name (see below)")
     p_fit.add_argument("--data", required=True, help="CSV with a header row, numeric columns")
-    p_fit.add_argument("--target", default="y", help="label / response column (default y)")
+    p_fit.add_argument("--target", default=None,
+                       help="label / response column (default y; for hmm the observation column)")
     p_fit.add_argument("--engine", default="mcmc", choices=ENGINES)
     p_fit.add_argument("--out", required=True, help="output NetCDF file")
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="model hyperparameter, e.g. --set prior_scale=2.0")
+    p_fit.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                       help="engine option, e.g. --option num_samples=500 --option guide=mvn")
     p_sum = sub.add_parser("summary", help="ArviZ summary of a saved posterior")
     p_sum.add_argument("path")
     args = parser.parse_args(argv)
@@ -119,15 +163,30 @@ def main(argv=None) -> int:
     import inference
 
     model = _model(args.model)
-    X, y = _read_csv(args.data, args.target)
-    hyper = {}
-    for item in args.set:
-        if "=" not in item:
-            raise SystemExit(f"error: --set expects NAME=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        hyper[k.strip()] = _parse_value(v.strip())
+    data = _read_csv(args.data, args.target, MODELS[args.model][1])
+    hyper = _pairs(args.set, "--set")
+    accepted = {p.name for p in inspect.signature(model).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    for k in hyper:
+        if k not in accepted:
+            raise SystemExit(f"error: --set {k}: {args.model} has no hyperparameter {k!r} "
+                             f"(it has: {', '.join(sorted(accepted)) or 'none'})")
+    if MODELS[args.model][1] == "series" and hyper.get("emission") in ("categorical", "poisson"):
+        import numpy as np
+
+        obs = data[0]
+        if (obs < 0).any() or (obs != np.round(obs)).any():
+            raise SystemExit(f"error: emission={hyper['emission']!r} needs non-negative integer observations")
+        data = (obs.astype(np.int64),)
+    options = _pairs(args.option, "--option")
+    known = _engine_options(args.engine)
+    for k in options:
+        if k not in known:
+            raise SystemExit(f"error: --option {k}: not an option of engine {args.engine!r} "
+                             f"(options: {', '.join(sorted(known))})")
     try:
-        post = inference.fit(model, X, y, engine=args.engine, seed=args.seed, **hyper)
+        post = getattr(inference, args.engine)(model, *data, seed=args.seed, **options,
+                                                model_kwargs=hyper)
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"error: {exc}") from exc
     post.save(args.out)
