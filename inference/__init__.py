@@ -19,6 +19,7 @@ from inference.laplace import SingularHessianError, laplace
 from inference.latent import recovered
 from inference.mcmc import mcmc
 from inference.posterior import Posterior, load
+from inference.sbc import sbc
 from inference.vi import vi
 
 # Imported after the package ``inference.ep`` so that the name means the function (the package
@@ -28,4 +29,4 @@ from inference.ep.driver import ep  # noqa: E402
 _cache.enable()
 
 
-__all__ = ["Posterior", "SingularHessianError", "ep", "fit", "laplace", "load", "mcmc", "recovered", "vi"]
+__all__ = ["Posterior", "SingularHessianError", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]

@@ -223,7 +223,9 @@ def _regression_predict(rng_key, states, datas, weights, idx, X, off, c):
 # --------------------------------------------------------------------------- MCMC
 def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1000, num_chains=4, seed=0,
                    progress=None):
-    """Collapsed Gibbs (see ``inference.spikeslab.gibbs``): one draw per full scan."""
+    """Collapsed Gibbs (see ``inference.spikeslab.gibbs``): one draw per full scan. The inclusion
+    probabilities (mean of the indicator draws) go to ``approximation`` as for EP and VI, so the
+    DataTree's ``approximation`` group holds them for every engine."""
     num_samples = _check_int(num_samples, "num_samples", 1)
     num_warmup = _check_int(num_warmup, "num_warmup", 0)
     num_chains = _check_int(num_chains, "num_chains", 1)
@@ -253,6 +255,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
                       np.asarray(tau).reshape(-1) if cfg.gamma else None)
     w_c, tau_c = np.asarray(w), np.asarray(tau)
     return build("mcmc", prob, model, args, kwargs, flat, num_chains, seed, diagnostics=diag,
+                 approximation={"inclusion_probability": incl},
                  predictor=draw_predictor(model, prob, lambda: (w_c, tau_c)))
 
 

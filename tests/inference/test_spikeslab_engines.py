@@ -1,5 +1,7 @@
-"""inference.spikeslab.engines: the Posterior each engine returns, LOO, prediction, persistence,
-degenerate genes, option checks, and EP against a long MCMC run on a 500-gene probit problem."""
+"""inference.spikeslab.engines, reached through the public drivers (``inference.mcmc`` / ``.vi`` /
+``.ep`` hand spike-and-slab models to it): the Posterior each engine returns, inclusion
+probabilities in the DataTree, LOO, prediction, persistence, degenerate genes, option checks, and
+EP against MCMC on a 500-gene probit problem."""
 
 import os
 import warnings
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 from numpyro.diagnostics import effective_sample_size
 
+import inference
 from inference._model import trace_model
 from inference.posterior import load
 from inference.spikeslab import ep_posterior, exact_posterior, mcmc_posterior, vi_posterior
@@ -23,7 +26,7 @@ XP = XR.copy()
 YP = (XR[:, 0] - XR[:, 2] + 0.3 * RNG.normal(size=30)) > 0
 FAST = {"ep": {"num_samples": 400}, "mcmc": {"num_samples": 600, "num_warmup": 200, "num_chains": 2},
         "vi": {"num_samples": 400}}
-ENGINES = {"ep": ep_posterior, "mcmc": mcmc_posterior, "vi": vi_posterior}
+ENGINES = {"ep": inference.ep, "mcmc": inference.mcmc, "vi": inference.vi}
 CASES = {"regression": (spike_and_slab_regression, (XR, YR), {"p_incl": 0.3}),
          "probit": (spike_and_slab_probit, (XP, YP), {"p_incl": 0.3})}
 
@@ -32,9 +35,8 @@ CASES = {"regression": (spike_and_slab_regression, (XR, YR), {"p_incl": 0.3}),
 def posteriors():
     out = {}
     for case, (model, args, kw) in CASES.items():
-        tr = trace_model(model, args, kw)
         for engine, fn in ENGINES.items():
-            out[case, engine] = fn(model, args, kw, tr, seed=1, **FAST[engine])
+            out[case, engine] = fn(model, *args, **kw, seed=1, progress=False, **FAST[engine])
     return out
 
 
@@ -61,6 +63,22 @@ def test_posterior_contents(posteriors, case, engine):
     # the all-zero gene carries no information: EP keeps the prior exactly, the others nearly
     tol = {"ep": 1e-9, "vi": 0.05, "mcmc": 0.08}[engine]
     assert abs(incl[4] - 0.3) < tol
+
+
+def test_inclusion_probabilities_in_the_datatree(posteriors):
+    """Every engine writes P(z_j = 1 | data) to the DataTree's ``approximation`` group (MCMC: the
+    mean of its indicator draws) and the indicator draws to ``posterior`` with dims (chain, draw)."""
+    for (case, engine), post in posteriors.items():
+        dt = post.to_arviz()
+        incl = np.asarray(dt["approximation"]["inclusion_probability"])
+        np.testing.assert_allclose(incl, post.diagnostics["inclusion_probability"])
+        z = dt["posterior"]["z"]
+        assert z.dims[:2] == ("chain", "draw") and z.shape[2] == 6
+        if engine == "mcmc":
+            np.testing.assert_allclose(incl, np.asarray(z).mean(axis=(0, 1)))
+        else:  # draws from the approximation: their mean within 4 binomial SE of its probabilities
+            se = np.sqrt(incl * (1 - incl) / z.shape[1]) + 1e-12
+            assert np.all(np.abs(np.asarray(z).mean(axis=(0, 1)) - incl) < 4 * se + 1e-9), (case, engine)
 
 
 def test_loo_for_every_engine(posteriors):
