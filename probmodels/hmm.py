@@ -45,7 +45,7 @@ from numpyro.distributions import constraints
 
 from inference.hmm._checks import check_positive_int, is_traced
 from inference.hmm.baum_welch import EMISSIONS, check_obs, emission_log_likelihood
-from inference.hmm.forward_backward import sequence_log_likelihood
+from inference.hmm.forward_backward import over_batch, sequence_log_likelihood
 from inference.hmm.sampling import sample_pass
 from inference.latent import recovered
 
@@ -129,7 +129,7 @@ def _log_prob(log_init, log_trans, params, mask, value, emission):
 def _sample_states(key, log_init, log_trans, params, mask, value, emission):
     le, flat_mask, shape = _log_emission(params, value, mask, emission)
     one = lambda k, e, m: sample_pass(k, log_init, log_trans, e, m, 1)[0]  # noqa: E731
-    return jax.vmap(one)(jax.random.split(key, le.shape[0]), le, flat_mask).reshape(shape)
+    return over_batch(one, jax.random.split(key, le.shape[0]), le, flat_mask).reshape(shape)
 
 
 @partial(jax.jit, static_argnames=("emission", "shape"))

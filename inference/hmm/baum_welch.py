@@ -32,7 +32,7 @@ from jax import lax
 from jax.scipy.special import gammaln
 
 from inference.hmm import _checks
-from inference.hmm.forward_backward import smooth_one, transition_counts
+from inference.hmm.forward_backward import over_batch, smooth_one, transition_counts
 
 EMISSIONS = ("gaussian", "categorical", "poisson")
 EMISSION_PARAMS = {"gaussian": ("locs", "scales"), "categorical": ("probs",), "poisson": ("rates",)}
@@ -92,7 +92,7 @@ def _e_step(params, obs, mask, emission):
         gamma = jnp.exp(log_gamma) * m_b[:, None]
         return jnp.sum(norms), gamma, transition_counts(lf, lb, log_trans, le_b, m_b)
 
-    ll, gamma, counts = jax.vmap(one)(le, mask)
+    ll, gamma, counts = over_batch(one, le, mask)
     return ll.sum(), gamma, counts.sum(0)
 
 

@@ -252,11 +252,26 @@ def _passes(parallel: bool):
 
 
 def smooth_one(log_init, log_trans, log_emission, mask, parallel: bool = False):
-    """Both passes for one sequence: (log_filtered, log_norms, log_beta, log_marginals)."""
+    """Both passes for one sequence: (log_filtered, log_norms, log_beta, log_marginals).
+
+    The parallel passes are exact in log space, so their overlap needs no underflow fallback.
+    """
     fwd, bwd = _passes(parallel)
     log_filtered, log_norms = fwd(log_init, log_trans, log_emission, mask)
-    log_beta, log_gamma = combine(log_filtered, bwd(log_trans, log_emission, mask), log_trans, log_emission, mask)
+    log_beta = bwd(log_trans, log_emission, mask)
+    if parallel:
+        return log_filtered, log_norms, log_beta, normalise(log_filtered + log_beta)[0]
+    log_beta, log_gamma = combine(log_filtered, log_beta, log_trans, log_emission, mask)
     return log_filtered, log_norms, log_beta, log_gamma
+
+
+def over_batch(one, *arrays):
+    """Map ``one`` over the leading (batch) axis of ``arrays``. A batch of one runs unbatched:
+    under ``vmap`` a ``lax.cond`` becomes a select that runs both branches, so the exact
+    log-space fallbacks would always run (in a real batch they do; results are the same)."""
+    if arrays[0].shape[0] == 1:
+        return jax.tree.map(lambda x: x[None], one(*(a[0] for a in arrays)))
+    return jax.vmap(one)(*arrays)
 
 
 def sequence_log_likelihood(log_init, log_trans, log_emission, mask):
@@ -287,7 +302,7 @@ def _run(log_init, log_trans, log_emission, mask, what: str, parallel: bool):
         return ll, pairwise(log_filtered, log_beta, log_trans, le, m)
 
     if log_emission.ndim == 3:
-        return jax.vmap(one)(log_emission, mask)
+        return over_batch(one, log_emission, mask)
     return one(log_emission, mask)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from jax import lax
 
 from inference.hmm import _checks
-from inference.hmm.forward_backward import UNROLL, forward_pass, prepare
+from inference.hmm.forward_backward import UNROLL, forward_pass, over_batch, prepare
 
 
 def sample_pass(rng_key, log_init, log_trans, log_emission, mask, num_samples: int):
@@ -50,8 +50,8 @@ def sample_pass(rng_key, log_init, log_trans, log_emission, mask, num_samples: i
 def _run(rng_key, log_init, log_trans, log_emission, mask, num_samples: int):
     if log_emission.ndim == 3:
         keys = jax.random.split(rng_key, log_emission.shape[0])
-        draws = jax.vmap(lambda k, le, m: sample_pass(k, log_init, log_trans, le, m, num_samples))(
-            keys, log_emission, mask)
+        draws = over_batch(lambda k, le, m: sample_pass(k, log_init, log_trans, le, m, num_samples),
+                           keys, log_emission, mask)
         return jnp.moveaxis(draws, 0, 1)  # (num_samples, B, T)
     return sample_pass(rng_key, log_init, log_trans, log_emission, mask, num_samples)
 

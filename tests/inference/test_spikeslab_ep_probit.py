@@ -1,6 +1,6 @@
 """inference.spikeslab.ep_probit (fully factorised, thesis ch. 7) and .ep_probit_full (full
-covariance): against the exact posterior of tiny problems, schedules, degenerate genes, and a
-d = 10,000 x n = 100 run."""
+covariance): against the exact posterior of tiny problems, schedules, degenerate genes, and
+n = 100 runs with d = 2,000 genes (d = 10,000 under ``-m slow``)."""
 
 import time
 
@@ -60,11 +60,13 @@ def test_constant_and_zero_genes_no_nan(module):
 
 
 @pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
-def test_ten_thousand_genes(module):
-    """d = 10,000, n = 100 (memory O(n d)): converges, finite evidence, the 5 true genes ranked
-    first. Measured on the shared 2-core machine (compile included): factorised ~3 s, full ~5 s."""
+@pytest.mark.parametrize("d", [2_000, pytest.param(10_000, marks=pytest.mark.slow)])
+def test_many_genes(module, d):
+    """n = 100 patients, d genes (memory O(n d)): converges, finite evidence, the 5 true genes
+    ranked first, in seconds. The default run takes d = 2,000; ``-m slow`` the issue's d = 10,000
+    (measured on the shared 2-core machine, compile included: factorised ~3 s, full ~5 s)."""
     rng = np.random.default_rng(0)
-    n, d = 100, 10_000
+    n = 100
     labels = np.where(rng.random(n) < 0.5, 1.0, -1.0)
     X = rng.normal(size=(n, d))
     X[:, :5] += 1.2 * labels[:, None] * np.array([1, -1, 1, -1, 1.0])
@@ -73,7 +75,8 @@ def test_ten_thousand_genes(module):
     state = module.run(data, jnp.asarray(0.5), jnp.asarray(1e-4), jnp.asarray(300))
     out = jax.block_until_ready(module.finalize(state, data))
     elapsed = time.perf_counter() - start
-    print(f"{module.__name__}: d=10000 n=100 EP {elapsed:.2f} s, {int(state.iteration)} sweeps")
+    print(f"{module.__name__}: d={d} n=100 EP {elapsed:.2f} s, {int(state.iteration)} sweeps")
     incl = np.asarray(out[2])
     assert float(state.max_change) < 1e-4 and np.isfinite(float(out[5]))
     assert set(np.argsort(-incl)[:5]) == set(range(5))
+    assert elapsed < 60  # seconds, not minutes, even on a loaded machine
