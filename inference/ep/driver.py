@@ -53,7 +53,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
         schedule: ``"parallel"`` (all sites at once, damped) or ``"sequential"`` (one at a time).
         damping: fraction of each site update taken, in (0, 1]; 1 is undamped. Lower it if EP
             oscillates or does not converge.
-        tol: convergence threshold on the largest relative change of a site parameter.
+        tol: convergence threshold on the largest effect of a site update on its marginal
+            (relative change of the marginal precision, or mean shift in marginal sds).
         max_iter: maximum number of sweeps.
         num_samples: draws from the EP Gaussian stored as ``samples`` (one chain).
         seed: seeds the draws (and the model's trace).

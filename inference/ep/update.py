@@ -82,9 +82,17 @@ def _targets(log_z, mt, vt, cm, cv, ok, tau, nu):
     return jnp.where(ok, tau_t, tau), jnp.where(ok, nu_t, nu), ok
 
 
-def _change(tau, nu, tau_new, nu_new):
-    return jnp.maximum(jnp.max(jnp.abs(tau_new - tau) / (1.0 + jnp.abs(tau)), initial=0.0),
-                       jnp.max(jnp.abs(nu_new - nu) / (1.0 + jnp.abs(nu)), initial=0.0))
+def _change(tau, nu, tau_new, nu_new, v):
+    """Largest effect of a site update on its own marginal ``N(m, v)``, in units that do not depend
+    on how the data are scaled: the relative change of the marginal precision ``|d tau| v`` and
+    the shift of the marginal mean in standard deviations ``|d nu| sqrt(v)``.
+
+    (An absolute or ``1 + |tau|``-relative measure is not scale-free: with features scaled by 1e-6
+    the projections have variance ~1e-12 and the round-off in ``1/v_tilted - 1/v_cavity``, ~1e-5,
+    would keep EP from ever "converging" although the posterior no longer moves.)"""
+    v = jnp.where(v > 0, v, 0.0)
+    return jnp.maximum(jnp.max(jnp.abs(tau_new - tau) * v, initial=0.0),
+                       jnp.max(jnp.abs(nu_new - nu) * jnp.sqrt(v), initial=0.0))
 
 
 def update_parallel(problem, state: EPState, damping):
@@ -111,7 +119,7 @@ def update_parallel(problem, state: EPState, damping):
     cov = jnp.where(good, cov, state.cov)
     n = state.tau.shape[0]
     skipped = jnp.where(good, n - jnp.sum(ok), n)
-    change = jnp.where(good, _change(state.tau, state.nu, tau, nu), jnp.inf)
+    change = jnp.where(good, _change(state.tau, state.nu, tau, nu, v), jnp.inf)
     log_scale = jnp.where(ok, site_log_scale(log_z, cm, cv, tau, nu), state.log_scale)
     return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.where(good, step, 0.0))
 
@@ -150,7 +158,8 @@ def update_sequential(problem, state: EPState, damping):
     mean, cov, good = from_sites(problem, tau, nu)
     mean = jnp.where(good, mean, mean1)
     cov = jnp.where(good, cov, cov1)
-    change = _change(state.tau, state.nu, tau, nu)
+    _, v = marginals(problem, mean, cov)
+    change = _change(state.tau, state.nu, tau, nu, v)
     return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.asarray(damping, tau.dtype))
 
 

@@ -89,8 +89,10 @@ def _likelihood_targets(state: FullState, data: ProbitData):
     v_c = 1.0 / jnp.where(ok, tau_c, 1.0)
     m_c = nu_c * v_c
     log_z, alpha, beta = probit_tilted(m_c + data.offset, v_c, data.y)
-    # tilted precision 1 / (v_c - v_c^2 beta); new site = tilted - cavity
-    t_new = beta / (1.0 - v_c * beta)
+    # tilted precision 1 / (v_c - v_c^2 beta); new site = tilted - cavity. v_c beta < 1 in exact
+    # arithmetic; a site where rounding breaks it is skipped (counted), never given a negative sign.
+    ok = ok & (v_c * beta < 1.0)
+    t_new = beta / jnp.where(ok, 1.0 - v_c * beta, 1.0)
     n_new = (m_c + v_c * alpha) * (tau_c + t_new) - nu_c
     return t_new, n_new, ok, log_z, tau_c, nu_c
 
