@@ -272,3 +272,47 @@ def hmm(obs=None, num_states=2, *, emission="gaussian", lengths=None, num_steps=
     x = numpyro.sample("obs", likelihood, obs=obs)
     if obs is not None:
         recovered("states", lambda key: likelihood.sample_states(key, x))
+
+
+# ----------------------------------------------------------------------------- demo
+def demo_cases():
+    """The demo's HMM case (see :mod:`probmodels.demo`): a 2-state Gaussian HMM on the durations of
+    299 consecutive Old Faithful eruptions (geyser), with NUTS, mean-field VI and Laplace. Scored
+    against Baum-Welch: the largest |posterior mean - MLE| of the state means, in posterior sd."""
+    from inference.hmm import baum_welch
+    from probmodels import datasets
+    from probmodels.demo import Case
+
+    duration = datasets.load_unsupervised("geyser")[:, 1]
+    mle = np.asarray(baum_welch(duration, 2).params["locs"])
+
+    def score(post):
+        draws = np.asarray(post.samples["locs"]).reshape(-1, 2)
+        gap = float(np.max(np.abs(draws.mean(0) - mle) / draws.std(0)))
+        states = np.asarray(post.samples["states"]).reshape(-1, duration.size)
+        short_after_short = np.mean((states[:, :-1] == 0) & (states[:, 1:] == 0))
+        return ("max |locs - Baum-Welch| / sd", gap,
+                f"{gap:.2f} sd; locs {np.round(draws.mean(0), 2).tolist()} (MLE {np.round(mle, 2).tolist()}); "
+                f"P(short -> short) {short_after_short:.3f}")
+
+    def plot(post, path_base):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        p_long = np.asarray(post.samples["states"]).reshape(-1, duration.size).mean(0)
+        fig, ax = plt.subplots(figsize=(9, 3))
+        ax.scatter(np.arange(duration.size), duration, c=p_long, cmap="coolwarm", s=10, vmin=0, vmax=1)
+        ax.set(xlabel="eruption", ylabel="duration (min)", title=f"geyser HMM ({post.engine}): colour = P(long state)")
+        path = f"{path_base}_states.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return [path]
+
+    options = {"mcmc": {"num_samples": 500, "num_warmup": 500, "num_chains": 2},
+               "vi": {"steps": 3000, "learning_rate": 0.02, "num_samples": 500},
+               "laplace": {"num_samples": 500}}
+    return [Case("hmm_geyser", hmm, (duration,), {"num_states": 2, "emission": "gaussian"},
+                 ("mcmc", "vi", "laplace"), score, options, plot)]
