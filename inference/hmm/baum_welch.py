@@ -181,7 +181,9 @@ def default_params(obs, mask, num_states, emission, num_categories, rng_key):
     spread = np.linspace(-1.0, 1.0, k) if k > 1 else np.zeros(1)
     if emission == "gaussian":
         sd = x.std() if x.std() > 0 else 1.0
-        params.update(locs=q + 0.01 * sd * spread, scales=np.full(k, sd))
+        # scales sd / K: with every state as wide as the whole data set, EM can settle on the
+        # saddle where all states merge (it did on geyser waiting times)
+        params.update(locs=q + 0.01 * sd * spread, scales=np.full(k, sd / k))
     elif emission == "poisson":
         params.update(rates=np.maximum(q, 0.1 * max(x.mean(), 1e-3)) * np.exp(0.1 * spread))
     else:
