@@ -22,7 +22,8 @@ out) in d = 2 (the 3-cluster simulator) and d = 10 (6 random clusters).
 
 Reproduce (bench extra installed: ``pip install -e '.[bench]'``):
 
-    .venv/bin/python benchmarks/mixtures_vs_sklearn.py --out benchmarks/results/mixtures.md
+    OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+        .venv/bin/python benchmarks/mixtures_vs_sklearn.py --repeats 1 --out benchmarks/results/mixtures.md
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def main():
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = "\n".join([
         "# DP Gaussian mixture: CAVI (ours) vs scikit-learn BayesianGaussianMixture", "",
-        "Command: `.venv/bin/python benchmarks/mixtures_vs_sklearn.py --out benchmarks/results/mixtures.md`", "",
+        "Command: `OMP_NUM_THREADS=1 XLA_FLAGS=\"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1\" "
+        f".venv/bin/python benchmarks/mixtures_vs_sklearn.py --repeats {args.repeats}"
+        f"{' --quick' if args.quick else ''} --out benchmarks/results/mixtures.md`", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} when run); "
         f"jax {jax.__version__}, scikit-learn {sklearn.__version__}, float64.", "",
         table(rows), "",

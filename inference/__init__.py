@@ -20,6 +20,7 @@ from inference.latent import recovered
 from inference.mcmc import mcmc
 from inference.posterior import Posterior, load
 from inference.sbc import sbc
+from inference.distributed_ep import distributed_ep
 from inference.vi import vi
 
 # Imported after the package ``inference.ep`` so that the name means the function (the package
@@ -29,4 +30,4 @@ from inference.ep.driver import ep  # noqa: E402
 _cache.enable()
 
 
-__all__ = ["Posterior", "SingularHessianError", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]
+__all__ = ["Posterior", "SingularHessianError", "distributed_ep", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]

@@ -211,9 +211,48 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     diagnostics = convergence({k: samples[k] for k in flat}, num_chains)
     diagnostics["sampler"] = "elliptical-slice+gibbs" if parts.learn_noise else "elliptical-slice"
     diagnostics["thinning"] = thinning
+    predictor = _make_predictor(model, args, kwargs, parts, chol_K, samples)
     return Posterior(engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
                      sample_stats=sample_stats, diagnostics=diagnostics, model=model, model_args=args,
-                     model_kwargs=kwargs, seed=seed)
+                     model_kwargs=kwargs, seed=seed, predictor=predictor)
+
+
+def _make_predictor(model, args, kwargs, parts, chol_K, samples):
+    """``post.predict(X_new)``: for every draw of the training latents, a draw of the latent at the
+    new inputs from the GP conditional ``N(m* + K*n K^-1 (f - m0), k** - diag(K*n K^-1 Kn*))``
+    (the joint prior read from the model as in `inference.ep.bm_posterior`), then labels from
+    NoisyStep with that draw's eps: ``y = step(f*)``, flipped with probability eps. Done in NumPy
+    (eager JAX would compile every operation anew for each shape of new inputs)."""
+    import scipy.linalg
+
+    from inference.ep.bm_posterior import _chunks, _num_new, joint_prior
+
+    L = np.asarray(chol_K)
+
+    def predictor(rng_key, *new_args, **new_kwargs):
+        m = _num_new(new_args, new_kwargs)
+        f = np.asarray(samples[parts.latent])
+        num_chains, num_draws = f.shape[:2]
+        g = f.reshape(num_chains * num_draws, -1) - parts.prior_mean  # (s, n)
+        rng = np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
+        out = []
+        for c_args, c_kwargs in _chunks(new_args, new_kwargs, m):
+            K_cross, k_diag, m_new = joint_prior(model, args, kwargs, c_args, c_kwargs, parts)
+            W = scipy.linalg.solve_triangular(L, np.asarray(K_cross).T, lower=True)  # L^-1 Kn*
+            A = scipy.linalg.solve_triangular(L.T, W, lower=False)  # K^-1 Kn*
+            sd = np.sqrt(np.maximum(np.asarray(k_diag) - np.sum(W * W, 0), 0.0))
+            out.append(np.asarray(m_new) + g @ A + sd * rng.standard_normal((g.shape[0], A.shape[1])))
+        f_new = np.concatenate(out, axis=1)
+        if parts.learn_noise:
+            eps = np.asarray(samples[parts.eps_site]).reshape(-1, 1)
+        else:
+            eps = np.full((f_new.shape[0], 1), parts.fixed_eps)
+        flip = rng.uniform(size=f_new.shape) < eps
+        y_new = ((f_new > 0) != flip).astype(np.int32)
+        shape = (num_chains, num_draws, m)
+        return {parts.observed: y_new.reshape(shape), parts.latent: f_new.reshape(shape)}
+
+    return predictor
 
 
 def _cholesky(K):

@@ -99,7 +99,7 @@ class CaviState(NamedTuple):
 class CaviResult(NamedTuple):
     state: CaviState  # in the data's own units
     elbo: jax.Array  # ELBO of the final q(theta) (a lower bound on log p(X))
-    elbo_trace: jax.Array  # (max_iter,), NaN past the last sweep
+    elbo_trace: jax.Array  # (TRACE_LENGTH,): ELBO of the first sweeps, NaN past the last
     converged: jax.Array
     restart_elbos: jax.Array  # (num_restarts,)
 
@@ -313,9 +313,13 @@ def _standardise(X, prior, structure):
     return Xs, prior_s, shift, spread, outer
 
 
-@functools.partial(jax.jit, static_argnames=("num_components", "structure", "max_iter"))
+TRACE_LENGTH = 1000  # sweeps whose ELBO is kept in the trace (a static buffer size)
+
+
+@functools.partial(jax.jit, static_argnames=("num_components", "structure"))
 def _fit_one(X, prior, num_components, rng_key, structure, max_iter, tol):
-    """One k-means++ start, standardised data; returns (state, trace, final ELBO, converged)."""
+    """One k-means++ start, standardised data; returns (state, trace, final ELBO, converged).
+    ``max_iter`` and ``tol`` are traced: one compilation serves every setting of them."""
     n = X.shape[0]
     Xs, prior_s, shift, spread, outer = _standardise(X, prior, structure)
     state = init(rng_key, Xs, prior_s, num_components, structure)
@@ -328,9 +332,9 @@ def _fit_one(X, prior, num_components, rng_key, structure, max_iter, tol):
     def body(carry):
         s, trace = carry
         s = update(Xs, prior_s, s, structure)
-        return s, trace.at[s.iteration - 1].set(s.elbo)
+        return s, trace.at[s.iteration - 1].set(s.elbo, mode="drop")  # sweeps past the buffer: dropped
 
-    state, trace = lax.while_loop(cond, body, (state, jnp.full((max_iter,), jnp.nan, X.dtype)))
+    state, trace = lax.while_loop(cond, body, (state, jnp.full((TRACE_LENGTH,), jnp.nan, X.dtype)))
     converged = jnp.abs(state.elbo - state.prev_elbo) <= tol * n
     final = elbo(Xs, prior_s, state, structure)
     jac = n * jnp.sum(jnp.log(spread))  # log-density change of the data under standardisation
@@ -342,11 +346,12 @@ def _fit_one(X, prior, num_components, rng_key, structure, max_iter, tol):
 def fit(X, prior, num_components, rng_key, *, structure, max_iter: int = 1000, tol=1e-6,
         num_restarts: int = 1) -> CaviResult:
     """Run `update` under ``lax.while_loop`` until the ELBO gains less than ``tol`` nats per data
-    point in a sweep (``tol`` is traced: no recompile when tuning it; ``tol = 1e-3 / n`` is
+    point in a sweep (``tol`` and ``max_iter`` are traced: no recompile when tuning them; ``tol = 1e-3 / n`` is
     scikit-learn's rule), from ``num_restarts`` k-means++ starts (one compiled start, run in turn);
     keep the best final ELBO. The data are standardised inside and the result mapped back."""
     X = jnp.asarray(X, jnp.result_type(float))
     tol = jnp.asarray(tol, X.dtype)
+    max_iter = jnp.asarray(max_iter, jnp.int32)
     runs = [_fit_one(X, prior, num_components, key, structure, max_iter, tol)
             for key in jax.random.split(rng_key, num_restarts)]
     finals = jnp.stack([r[2] for r in runs])

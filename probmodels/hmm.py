@@ -311,7 +311,7 @@ def demo_cases():
         plt.close(fig)
         return [path]
 
-    options = {"mcmc": {"num_samples": 500, "num_warmup": 500, "num_chains": 2},
+    options = {"mcmc": {"num_samples": 400, "num_warmup": 400, "num_chains": 2},
                "vi": {"steps": 3000, "learning_rate": 0.02, "num_samples": 500},
                "laplace": {"num_samples": 500}}
     return [Case("hmm_geyser", hmm, (duration,), {"num_states": 2, "emission": "gaussian"},

@@ -345,15 +345,41 @@ def positive_definite_jitter(K, *, name: str = "K", base: float | None = None, m
     )
 
 
+_GRAM_CACHE: dict = {}
+_GRAM_CACHE_SIZE = 8
+
+
+def _gram_key(kernel, X):
+    """Hashable key of a concrete kernel and concrete inputs (None when anything is traced)."""
+    leaves, treedef = jax.tree_util.tree_flatten(kernel)
+    if _traced(X) or any(_traced(v) for v in leaves):
+        return None
+    X = np.asarray(X)
+    return (treedef, tuple(np.asarray(v).tobytes() + str(np.shape(v)).encode() for v in leaves),
+            X.shape, X.dtype.str, X.tobytes(), np.dtype(jnp.asarray(0.0).dtype).str)
+
+
 def gram(kernel: Kernel, X, *, name: str | None = None) -> tuple:
     """``(K + jitter I, jitter)`` for ``K = kernel(X, X)``, with the jitter from
-    :func:`positive_definite_jitter` (or the base jitter when ``K`` is traced)."""
+    :func:`positive_definite_jitter` (or the base jitter when ``K`` is traced).
+
+    Concrete results are cached (the last 8 kernel / input pairs): inference engines run a model
+    several times on the same data, and the Gram matrix and its PD check cost O(n^2 p + n^3)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a probmodels.kernels.Kernel, got {type(kernel).__name__}")
+    key = _gram_key(kernel, X)
+    if key is not None and key in _GRAM_CACHE:
+        return _GRAM_CACHE[key]
     K = kernel(X, X)
     label = name or f"kernel matrix of {kernel!r}"
     if _traced(K):
         jitter = BASE_JITTER.get(np.dtype(K.dtype), 1e-6) * jnp.mean(jnp.diag(K))
-    else:
-        jitter = positive_definite_jitter(np.asarray(K), name=label)
-    return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter
+        return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter
+    jitter = positive_definite_jitter(np.asarray(K), name=label)
+    out = (K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter)
+    if key is not None:
+        if len(_GRAM_CACHE) >= _GRAM_CACHE_SIZE:
+            _GRAM_CACHE.pop(next(iter(_GRAM_CACHE)))
+        _GRAM_CACHE[key] = out
+    return out
+

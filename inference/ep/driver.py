@@ -132,6 +132,19 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
         model_kwargs=dict(kwargs), seed=seed)
 
 
+def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200, seed=0):
+    """EP's Gaussian approximation of the latent vector only, without draws or a `Posterior`:
+    ``(mean, cov, log_evidence or None, converged)``. For methods built on EP (distributed EP),
+    which call it many times on the same structure (one compilation)."""
+    trace = trace_model(model, args, kwargs, seed=seed)
+    rec = recognise(model, args, kwargs, trace, seed=seed)
+    state, _, _, change = _iterate(rec.problem, schedule, damping, tol, max_iter, False)
+    log_z, ok = log_evidence(rec.problem, state)
+    log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
+    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
+    return mean_u, cov_u, log_z, bool(float(change) <= tol)
+
+
 def _iterate(problem, schedule, damping, tol, max_iter, progress):
     state = _init(problem)
     if not progress:

@@ -17,7 +17,9 @@ depth, O(T K^3) work: for accelerators and small K) with the same signature and 
 Batches: ``log_emission`` may be (B, T, K) for B sequences padded to a common length T, with
 ``lengths`` (B,) giving each true length. Steps past a sequence's end use the identity transition
 and no emission, so they change nothing (padded marginals repeat the last step). A missing
-observation *inside* a sequence is a row of zeros in ``log_emission``.
+observation *inside* a sequence is a row of zeros in ``log_emission``. Under ``vmap`` the
+underflow fallbacks' ``lax.cond`` becomes a select that runs both branches, so a batch of B > 1
+sequences always pays for the exact log-space passes too (a batch of one runs unbatched).
 
 Example:
     >>> import jax.numpy as jnp

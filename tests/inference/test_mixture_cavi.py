@@ -124,7 +124,7 @@ def test_log_q_matches_scipy_and_the_closed_form_elbo_matches_monte_carlo(struct
     X = X60
     prior = _prior(2, structure.covariance)
     state = _perturbed(_state_after(X, prior, 3, structure))
-    num = 600
+    num = 200  # draws for the Monte Carlo ELBO (SciPy densities per draw: the slow part)
     draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(1), state, structure, NUM_DRAWS).items()}
     log_qs = np.asarray(jax.vmap(lambda v: mc.log_q(v, state, structure))(draws))
     _check_kl(draws, state, prior, structure)

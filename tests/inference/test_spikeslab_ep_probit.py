@@ -48,6 +48,20 @@ def test_factorized_sequential_and_parallel_same_fixed_point():
     np.testing.assert_allclose(np.asarray(par.nu / par.tau), np.asarray(seq.nu / seq.tau), atol=1e-7)
 
 
+def test_full_sequential_and_parallel_same_fixed_point():
+    """The sequential schedule (rank-one updates of cov(f)) and the parallel one of the
+    full-covariance EP converge to the same sites, moments and evidence."""
+    X, y = tiny(2)
+    data = ep_probit.make_data(X, y, slab_var=np.ones(3), p_incl=np.full(3, 0.3))
+    par, seq = ep_probit_full.run(data, *HYPER), ep_probit_full.run(data, *HYPER, sequential=True)
+    assert float(par.max_change) < 1e-9 and float(seq.max_change) < 1e-9
+    np.testing.assert_allclose(np.asarray(par.incl), np.asarray(seq.incl), atol=1e-7)
+    np.testing.assert_allclose(np.asarray(par.m), np.asarray(seq.m), atol=1e-7)
+    np.testing.assert_allclose(np.asarray(par.v), np.asarray(seq.v), atol=1e-7)
+    ev_par, ev_seq = float(ep_probit_full.finalize(par, data)[5]), float(ep_probit_full.finalize(seq, data)[5])
+    assert abs(ev_par - ev_seq) < 1e-6
+
+
 @pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
 def test_constant_and_zero_genes_no_nan(module):
     """An all-zero gene keeps its prior inclusion probability; a constant gene acts as a bias."""

@@ -207,7 +207,7 @@ def test_nuts_recovers_parameters_t2000(emission):
 
 @pytest.mark.parametrize("engine,options,tolerance", [
     ("laplace", dict(num_samples=200), 0.5),
-    ("vi", dict(steps=1500, learning_rate=0.02, num_samples=200), 0.5),
+    ("vi", dict(steps=4000, learning_rate=0.02, num_samples=200), 0.5),
 ])
 def test_vi_and_laplace_agree_with_nuts_and_recover_states(gaussian_nuts, engine, options, tolerance):
     """The marginalised model is smooth in every continuous site, so inference.vi (mean-field)
@@ -225,6 +225,28 @@ def test_vi_and_laplace_agree_with_nuts_and_recover_states(gaussian_nuts, engine
         assert np.all(gap < tolerance), f"{engine} {name}: {gap} NUTS sd from NUTS"
     assert np.isfinite(post.log_evidence)
     check_states(post, x, z, "locs")
+
+
+def test_demo_cases_score_and_plot(tmp_path):
+    """demo_cases(): one geyser Case for mcmc / vi / laplace; its score and plot run on draws
+    shaped like a posterior's (the fits themselves run in the demo)."""
+    from types import SimpleNamespace
+
+    from probmodels.demo import Case
+    from probmodels.hmm import demo_cases
+
+    (case,) = demo_cases()
+    assert isinstance(case, Case) and case.model is hmm and case.engines == ("mcmc", "vi", "laplace")
+    (x,) = case.args
+    assert x.shape == (299,) and case.kwargs == {"num_states": 2, "emission": "gaussian"}
+    rng = np.random.default_rng(0)
+    locs = np.array([2.0, 4.27]) + 0.03 * rng.normal(size=(1, 50, 2))
+    states = (x > 3.0).astype(np.int32)[None, None].repeat(50, axis=1)
+    fake = SimpleNamespace(engine="laplace", samples={"locs": locs, "states": states})
+    metric, value, text = case.score(fake)
+    assert metric.startswith("max |locs") and value < 3.0 and "P(short -> short) 0.000" in text
+    (png,) = case.plot(fake, str(tmp_path / "geyser"))
+    assert png.endswith(".png")
 
 
 # ----------------------------------------------------------------------------- bad input

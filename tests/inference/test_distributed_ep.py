@@ -1,0 +1,89 @@
+"""Distributed EP over data shards: equals full-data EP when the local engine is EP, agrees with
+NUTS on the full data (4 simulated devices, one shard each), errors name their argument."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import inference
+import probmodels
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+rng = np.random.default_rng(1)
+X = rng.normal(size=(600, 3))
+Y = (X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=600) > 0).astype(int)
+
+
+def _child(n):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_cpu_multi_thread_eigen=false")
+    out = subprocess.run([sys.executable, os.path.join(HERE, "_distributed_check.py"), str(n)],
+                         capture_output=True, text=True, env=env, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _check(res):
+    assert res["num_devices"] == 4 and sorted(res["devices"]) == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    assert res["converged"] and res["nuts_converged"]
+    assert res["max_mean_diff_sd"] < 0.1  # posterior means within 0.1 NUTS sd
+    assert res["max_sd_ratio_dev"] < 0.1  # and sds within 10%
+
+
+def test_four_devices_agree_with_nuts_on_full_data():
+    _check(_child(4000))
+
+
+@pytest.mark.slow
+def test_four_devices_agree_with_nuts_on_full_data_n20000():
+    _check(_child(20_000))
+
+
+@pytest.mark.parametrize("model", [probmodels.probit_regression, probmodels.logistic_regression])
+def test_local_ep_reaches_the_full_data_ep_fixed_point(model):
+    full = inference.ep(model, X, Y, progress=False)
+    post = inference.distributed_ep(model, X, Y, num_shards=4, progress=False)
+    assert post.diagnostics["converged"] and post.diagnostics["num_shards"] == 4
+    assert post.diagnostics["shard_sizes"] == [150] * 4
+    sd = np.sqrt(np.diag(full.approximation["cov"]))
+    np.testing.assert_array_less(np.abs(post.approximation["mean"] - full.approximation["mean"]) / sd, 1e-3)
+    np.testing.assert_allclose(np.sqrt(np.diag(post.approximation["cov"])), sd, rtol=1e-3)
+    assert abs(post.log_evidence - full.log_evidence) < 0.05
+    assert post.samples["w"].shape == (1, 1000, 3) and post.log_likelihood["y"].shape == (1, 1000, 600)
+
+
+def test_one_shard_is_the_local_engine():
+    full = inference.ep(probmodels.probit_regression, X, Y, progress=False)
+    post = inference.distributed_ep(probmodels.probit_regression, X, Y, num_shards=1, damping=1.0,
+                                    progress=False)
+    np.testing.assert_allclose(post.approximation["mean"], full.approximation["mean"], atol=1e-6)
+
+
+def _two_sites(X, y=None):
+    w = numpyro.sample("w", dist.Normal(0, 1).expand([X.shape[1]]).to_event(1))
+    b = numpyro.sample("b", dist.Normal(0, 1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w + b), obs=y)
+
+
+def _laplace_prior(X, y=None):
+    w = numpyro.sample("w", dist.Laplace(0, 1).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+@pytest.mark.parametrize("model, kwargs, match", [
+    (probmodels.probit_regression, {"num_shards": 601}, "num_shards"),
+    (probmodels.probit_regression, {"num_shards": 0}, "num_shards"),
+    (probmodels.probit_regression, {"local_engine": "vi"}, "local_engine"),
+    (probmodels.probit_regression, {"damping": 1.5}, "damping"),
+    (probmodels.probit_regression, {"local_options": 3}, "local_options"),
+    (_two_sites, {}, "exactly one latent site"),
+    (_laplace_prior, {}, "Gaussian prior"),
+])
+def test_bad_input(model, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        inference.distributed_ep(model, X, Y, progress=False, **kwargs)
