@@ -2,6 +2,9 @@
 as keywords defaulting to ``None``, hyperparameters keyword-only with documented defaults)."""
 
 from probmodels import conjugate
+from probmodels.hmm import hmm
 from probmodels.regression import linear_regression, logistic_regression, probit_regression
+from probmodels.spike_slab import spike_and_slab_probit, spike_and_slab_regression
 
-__all__ = ["conjugate", "linear_regression", "logistic_regression", "probit_regression"]
+__all__ = ["conjugate", "hmm", "linear_regression", "logistic_regression", "probit_regression",
+           "spike_and_slab_probit", "spike_and_slab_regression"]

@@ -53,7 +53,10 @@ def _inputs(X, y, kernel):
 
 def _latent(X, n, kernel):
     K, _ = gram(kernel, X, name=f"kernel matrix {kernel!r} at X")
-    return numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(n, dtype=K.dtype), covariance_matrix=K))
+    # gram has checked K + jitter is positive definite (naming the kernel) when K is concrete;
+    # NumPyro's own check would compile an eigendecomposition at every new shape.
+    return numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(n, dtype=K.dtype), covariance_matrix=K,
+                                                       validate_args=False))
 
 
 def gp_classifier(X, y=None, *, kernel=None, link="probit"):

@@ -40,6 +40,24 @@ def _traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+# One compiled program per kernel structure and input shape (the kernel is a pytree argument):
+# run eagerly, the vmapped evaluation would compile each primitive on its own at every new shape.
+def _is_pytree(kernel) -> bool:
+    leaves = jax.tree_util.tree_leaves(kernel)
+    return not any(leaf is kernel for leaf in leaves)
+
+
+@jax.jit
+def _gram_matrix(kernel, X1, X2):
+    row = jax.vmap(kernel.evaluate, in_axes=(None, 0))
+    return jax.vmap(row, in_axes=(0, None))(X1, X2)
+
+
+@jax.jit
+def _gram_diag(kernel, X):
+    return jax.vmap(lambda x: kernel.evaluate(x, x))(X)
+
+
 def _check_positive(value, name: str, kernel: str, *, allow_zero: bool = False):
     """Concrete hyperparameters must be finite and positive (scalars or ARD vectors)."""
     if _traced(value):
@@ -99,13 +117,14 @@ class Kernel:
         X2 = X1 if X2 is None else _as_points(X2, "X2")
         if X1.shape[1] != X2.shape[1]:
             raise ValueError(f"X1 has {X1.shape[1]} features but X2 has {X2.shape[1]}")
-        row = jax.vmap(self.evaluate, in_axes=(None, 0))
-        return jax.vmap(row, in_axes=(0, None))(X1, X2)
+        if not _is_pytree(self):  # a user subclass not registered as a pytree: evaluate eagerly
+            return _gram_matrix.__wrapped__(self, X1, X2)
+        return _gram_matrix(self, X1, X2)
 
     def diag(self, X):
         """``k(x_i, x_i)`` for every row, without building the Gram matrix."""
         X = _as_points(X, "X")
-        return jax.vmap(lambda x: self.evaluate(x, x))(X)
+        return _gram_diag(self, X) if _is_pytree(self) else _gram_diag.__wrapped__(self, X)
 
     def __add__(self, other):
         if isinstance(other, numbers.Real):

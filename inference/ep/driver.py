@@ -37,7 +37,7 @@ _to_latent = jax.jit(to_latent)
 
 def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: float = 1e-6,
        max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
-       model_kwargs: dict | None = None, **model_kw) -> Posterior:
+       covariance: str | None = None, model_kwargs: dict | None = None, **model_kw) -> Posterior:
     """Expectation propagation for a NumPyro program with a Gaussian latent vector.
 
     The model's latent sites must be Gaussian (``Normal`` / ``MultivariateNormal``, jointly
@@ -59,6 +59,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
         num_samples: draws from the EP Gaussian stored as ``samples`` (one chain).
         seed: seeds the draws (and the model's trace).
         progress: tqdm bar over sweeps; default on unless ``INFERENCE_PROGRESS=0``.
+        covariance: spike-and-slab models only: ``"full"`` (default there; O(n^2 d) per sweep,
+            closest to MCMC) or ``"factorized"`` (the thesis' fully factorised O(n d) EP).
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
@@ -81,7 +83,11 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
                    num_samples=num_samples, seed=seed, progress=progress)
     hook = _dispatch(trace)
     if hook is not None:
+        if covariance is not None:
+            options["covariance"] = covariance
         return hook(model, args, kwargs, trace, **options)
+    if covariance is not None:
+        raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
     state, iterations, skipped, change = _iterate(rec.problem, schedule, damping, tol, max_iter, progress)
     converged = bool(change <= tol)

@@ -132,3 +132,21 @@ def test_option_and_input_checks():
     no_y = trace_model(model, (XR,), kw)
     with pytest.raises(ValueError, match="'y'"):
         mcmc_posterior(model, (XR,), kw, no_y)
+
+
+def test_ep_covariance_option_reaches_spike_and_slab_ep_and_is_rejected_elsewhere():
+    import probmodels
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 12))
+    y = (X[:, 0] - X[:, 1] > 0).astype(int)
+    full = inference.ep(probmodels.spike_and_slab_probit, X, y, covariance="full", num_samples=20, progress=False)
+    fact = inference.ep(probmodels.spike_and_slab_probit, X, y, covariance="factorized", num_samples=20,
+                        progress=False)
+    default = inference.ep(probmodels.spike_and_slab_probit, X, y, num_samples=20, progress=False)
+    p_full, p_fact = full.approximation["inclusion_probability"], fact.approximation["inclusion_probability"]
+    np.testing.assert_array_equal(default.approximation["inclusion_probability"], p_full)
+    assert not np.allclose(p_full, p_fact)  # two different approximations ...
+    assert np.all(p_full[:2] > 0.9) and np.all(p_fact[:2] > 0.9)  # ... that agree on the relevant genes
+    with pytest.raises(ValueError, match="covariance"):
+        inference.ep(probmodels.probit_regression, X, y, covariance="full")
