@@ -153,9 +153,16 @@ class Posterior:
         }
 
     def summary(self, **kwargs):
-        """ArviZ summary table (pandas DataFrame) of the posterior group."""
+        """ArviZ summary table (pandas DataFrame) of the posterior group.
+
+        By default the continuous sites only: discrete latents (mixture assignments, HMM states)
+        have no meaningful mean / R-hat per coordinate; pass ``var_names`` to include them."""
         import arviz as az
 
+        if "var_names" not in kwargs:
+            floats = [k for k, v in self.samples.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+            if floats and len(floats) < len(self.samples):
+                kwargs["var_names"] = floats
         return az.summary(self.to_arviz(), **kwargs)
 
     # ----------------------------------------------------------------- prediction
