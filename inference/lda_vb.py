@@ -492,17 +492,26 @@ def _vb_posterior(method, model, args, kwargs, trace, *, steps, num_samples, see
     if not diagnostics["converged"]:
         warnings.warn(f"LDA {method} VB stopped at steps={steps} before the ELBO settled (tol={tol}): raise "
                       "steps or tol", stacklevel=3)
-    gamma, lam = np.asarray(state.gamma, float), np.asarray(state.lam, float)
+    return _posterior_from_q(model, args, kwargs, trace, np.asarray(state.gamma, float), np.asarray(state.lam, float),
+                             diagnostics, num_samples, seed, log_evidence=diagnostics["elbo"])
+
+
+def _posterior_from_q(model, args, kwargs, trace, gamma, lam, diagnostics, num_samples, seed, log_evidence=None):
+    """A Posterior from q = Dirichlet(gamma) x Dirichlet(lam): host-side draws, the model's log joint
+    and pointwise log likelihood at each, and ``log_evidence`` (default: the draws' mean of
+    ``lp - log q``, a Monte Carlo ELBO)."""
     rng = np.random.default_rng([seed, 1])
     draws = {"theta": _dirichlet(rng, gamma, num_samples), "topics": _dirichlet(rng, lam, num_samples)}
     log_q = _dirichlet_log_pdf(draws["theta"], gamma) + _dirichlet_log_pdf(draws["topics"], lam)
     lp, loglik, deterministic = _model_densities(model, args, kwargs, draws)
     diagnostics["importance_log_evidence"] = float(scipy.special.logsumexp(lp - log_q) - np.log(num_samples))
+    if log_evidence is None:
+        log_evidence = diagnostics["elbo"] = float(np.mean(lp - log_q))
     samples = _model.to_chains({**draws, **deterministic}, 1)
     return Posterior(
         engine="vi", samples=samples, log_likelihood=_model.to_chains(loglik, 1),
         observed_data=_model.observed_sites(trace), sample_stats={"lp": lp[None], "log_q": log_q[None]},
-        log_evidence=diagnostics["elbo"], evidence_method="elbo", diagnostics=diagnostics,
+        log_evidence=log_evidence, evidence_method="elbo", diagnostics=diagnostics,
         approximation={"theta_concentration": gamma, "topics_concentration": lam},
         model=model, model_args=args, model_kwargs=kwargs, seed=seed,
         dims={"theta": ["document", "topic"], "topics": ["topic", "word"]},
@@ -550,3 +559,110 @@ def online_vb(model, args, kwargs, trace, *, steps, num_samples, seed, progress,
     """``inference.vi(..., method="online")``: online VB; options as :func:`fit`."""
     return _vb_posterior("online", model, args, kwargs, trace, steps=steps, num_samples=num_samples, seed=seed,
                          progress=progress, tol=tol, **options)
+
+
+# ----------------------------------------------------------------------------- stochastic VI (Optax)
+LR_LEVELS = (1.0, 0.1, 0.01)
+
+
+def dirichlet_guide(trace, gamma, lam):
+    """A mean-field guide ``q(topics_k) = Dirichlet(lam_k)``, ``q(theta_d) = Dirichlet(gamma_d)``
+    for an LDA-shaped model, mirroring its plates (so a subsampling document plate subsamples the
+    documents' parameters too). Parameters ``topics_concentration`` (K, V) and
+    ``theta_concentration`` (D, K), positive, starting at ``lam`` and ``gamma``."""
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    def plate_of(site):
+        (frame,) = [f for f in trace[site]["cond_indep_stack"]]
+        size, sub = (tuple(trace[frame.name]["args"]) + (None,))[:2]
+        return frame.name, size, sub
+
+    topic_plate, doc_plate = plate_of("topics"), plate_of("theta")
+
+    def guide(*args, **kwargs):
+        lam_q = numpyro.param("topics_concentration", lam, constraint=constraints.positive)
+        gamma_q = numpyro.param("theta_concentration", gamma, constraint=constraints.positive)
+        with numpyro.plate(*topic_plate):
+            numpyro.sample("topics", dist.Dirichlet(lam_q))
+        with numpyro.plate(*doc_plate) as idx:
+            numpyro.sample("theta", dist.Dirichlet(gamma_q[idx]))
+
+    return guide
+
+
+def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progress, tol, learning_rate=0.05,
+                  check_every=250, default_batch_size=64):
+    """``inference.vi(..., method="stochastic")``: stochastic VI with mini-batches of documents, a
+    Dirichlet mean-field guide (:func:`dirichlet_guide`) and Optax Adam on the guide's log
+    concentrations (reparameterised Dirichlet draws, NumPyro's ``Trace_ELBO`` on the model with the
+    word topics summed out, so no ``phi``). The mini-batch is the model's ``batch_size`` keyword
+    (its subsampling document plate; default ``min(64, D)``). Starts from the same k-means++
+    topics as the VB methods. The learning rate drops tenfold at each plateau of the mean loss
+    over ``check_every`` steps (relative change < ``tol`` or within 2 standard errors), twice, as in
+    ``inference.vi``; the Posterior (full corpus, no subsampling) is built from q's parameters."""
+    import optax
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.optim import optax_to_numpyro
+
+    full_kwargs = {k: v for k, v in kwargs.items() if k != "batch_size"}
+    full_trace = _model.trace_model(model, args, full_kwargs, seed)
+    data, num_docs, vocab_size, alpha, eta = lda_problem(full_trace)
+    batch_size = kwargs.get("batch_size") or min(default_batch_size, num_docs)
+    run_kwargs = {**full_kwargs, "batch_size": batch_size}
+    try:
+        run_trace = _model.trace_model(model, args, run_kwargs, seed)
+    except TypeError as exc:
+        raise ValueError("method='stochastic' needs a model with a `batch_size` keyword (documents per "
+                         "subsampled step), as probmodels.lda") from exc
+    csr = _corpus(data, num_docs, vocab_size)
+    state = init(np.random.default_rng(seed), csr, len(alpha), np.asarray(alpha, float))
+    guide = dirichlet_guide(run_trace, np.asarray(state.gamma), np.asarray(state.lam))
+    optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
+    svi = SVI(model, guide, optax_to_numpyro(optim), Trace_ELBO())
+    t0 = time.perf_counter()
+    svi_state = svi.init(jax.random.PRNGKey(seed), *args, **run_kwargs)
+
+    @jax.jit
+    def chunk(s):
+        return lax.scan(lambda c, _: svi.update(c, *args, **run_kwargs), s, None, length=check_every)
+
+    losses, level, prev, converged, done = [], 0, None, False, 0
+    bar = _progress_bar(progress, steps, "stochastic")
+    while done < steps:
+        svi_state, loss = chunk(svi_state)
+        loss = np.asarray(loss)
+        done += check_every
+        losses.append(loss)
+        if not np.all(np.isfinite(loss)):
+            raise FloatingPointError(f"LDA stochastic VI: the ELBO became non-finite after {done} steps; lower "
+                                     f"learning_rate (now {learning_rate})")
+        mean, se = loss.mean(), 4.0 * loss.std() / np.sqrt(len(loss))  # x4: autocorrelated losses
+        if bar is not None:
+            bar.update(check_every)
+            bar.set_postfix(elbo=f"{-mean:.6g}")
+        if prev is not None and abs(mean - prev) <= max(tol * abs(mean), 2.0 * se):
+            if level == len(LR_LEVELS) - 1:
+                converged = True
+                break
+            level += 1
+            i, (params, opt) = svi_state.optim_state
+            hyper = {**opt.hyperparams, "learning_rate": jnp.asarray(learning_rate * LR_LEVELS[level],
+                                                                     jnp.asarray(opt.hyperparams["learning_rate"]).dtype)}
+            svi_state = svi_state._replace(optim_state=(i, (params, opt._replace(hyperparams=hyper))))
+            prev = None
+            continue
+        prev = mean
+    if bar is not None:
+        bar.close()
+    if not converged:
+        warnings.warn(f"LDA stochastic VI stopped at steps={steps} before the loss settled (tol={tol}): raise "
+                      "steps or tol", stacklevel=3)
+    params = svi.get_params(svi_state)
+    trace_elbo = -np.concatenate(losses)
+    diagnostics = {"converged": converged, "method": "stochastic", "elbo_trace": trace_elbo, "steps": done,
+                   "batch_size": int(batch_size), "learning_rate": float(learning_rate),
+                   "fit_seconds": time.perf_counter() - t0}
+    return _posterior_from_q(model, args, full_kwargs, full_trace, np.asarray(params["theta_concentration"], float),
+                             np.asarray(params["topics_concentration"], float), diagnostics, num_samples, seed)

@@ -263,3 +263,20 @@ def test_methods_reject_models_that_are_not_lda_shaped(simulated):
             simulated.counts, num_topics=5, batch_size=50)
     with pytest.raises(ValueError, match="subsamples"):
         lda_vb.lda_problem(tr)
+
+
+def test_sweep_memory_is_nonzeros_times_topics():
+    """A compiled batch sweep on a sparse corpus with V = 50000 words: XLA's scratch memory stays
+    within a small multiple of (nonzeros + D + V) x K floats (measured about 13x: a few (K, V)
+    arrays of the topics' digammas and weights), far below one D x V x K array (400 MB here)."""
+    rng = np.random.default_rng(0)
+    num_docs, vocab_size, num_topics, per_doc = 200, 50_000, 5, 20
+    rows = np.repeat(np.arange(num_docs), per_doc)
+    counts = scipy.sparse.csr_matrix((np.ones(len(rows)), (rows, rng.integers(0, vocab_size, len(rows)))),
+                                     shape=(num_docs, vocab_size))
+    data, _ = _triplets(counts)
+    state = lda_vb.VBState(jnp.ones((num_topics, vocab_size)), jnp.ones((num_docs, num_topics)), jnp.asarray(0))
+    compiled = lda_vb._batch_update.lower(state, Triplets(*map(jnp.asarray, data)), jnp.full(num_topics, 0.1),
+                                          jnp.full(vocab_size, 0.01), 1e-3, 100).compile()
+    bound = 8 * (counts.nnz + num_docs + vocab_size) * num_topics
+    assert compiled.memory_analysis().temp_size_in_bytes < 30 * bound < 8 * num_docs * vocab_size * num_topics
