@@ -43,6 +43,8 @@ def cases():
          {}, ("mcmc", "vi", "laplace")),
         ("probit_regression", probmodels.probit_regression, (Xc, (Xc[:, 0] > 0).astype(int)),
          {}, ("mcmc", "vi", "laplace", "ep")),
+        ("hmm (2 states, gaussian, T=60)", probmodels.hmm, (np.r_[np.zeros(30), 3 * np.ones(30)],),
+         {"num_states": 2, "loc_prior": (0.0, 2.0), "scale_prior": (3.0, 2.0)}, ("mcmc", "vi", "laplace")),
     ]
     return out
 
@@ -52,6 +54,8 @@ def main(argv=None):
     p.add_argument("--replicates", type=int, default=100, help="replicates per MCMC pair")
     p.add_argument("--approx-replicates", type=int, default=50, help="replicates per VI/Laplace/EP pair")
     p.add_argument("--engines", nargs="*", default=None)
+    p.add_argument("--models", nargs="*", default=None, help="substrings of the model names to run")
+    p.add_argument("--append", action="store_true", help="add rows to an existing table")
     p.add_argument("--out", default=os.path.join(HERE, "results", "sbc.md"))
     args = p.parse_args(argv)
     figdir = os.path.join(os.path.dirname(args.out), "sbc")
@@ -70,7 +74,13 @@ def main(argv=None):
         "| model | engine | replicates | failed fits | pass | min p | bias (range) | dispersion (range) | 90% coverage (mean) | time (s) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if args.append and os.path.exists(args.out):  # keep the table so far, add rows below it
+        lines = [ln for ln in open(args.out).read().rstrip().splitlines() if not ln.startswith("Rank histograms")]
+        while lines and not lines[-1].strip():
+            lines.pop()
     for name, model, margs, kw, engines in cases():
+        if args.models and not any(m in name for m in args.models):
+            continue
         for engine in engines:
             if args.engines and engine not in args.engines:
                 continue

@@ -16,7 +16,10 @@ VB for LDA has poor local optima (two topics merged, one split): topics start fr
 picked by greedy k-means++, and by default three starts run a few passes each and the one with the
 highest ELBO goes on.
 
-Both are offered to ``inference.vi(model, ..., method="online" | "batch")`` for models whose trace
+- ``"stochastic"``: stochastic VI on the model itself (:func:`stochastic_vi`): mini-batches of
+  documents through the model's subsampling plate, a Dirichlet mean-field guide, Optax Adam.
+
+All three are offered to ``inference.vi(model, ..., method="online" | "batch" | "stochastic")`` for models whose trace
 has the LDA shape: latent ``theta`` (documents x topics) and ``topics`` (topics x words) with
 Dirichlet priors, and one observed site whose value holds each document's ``(word id, count)``
 pairs, shape (documents, slots, 2), padded with count 0 (``probmodels.lda`` builds it).
@@ -607,7 +610,7 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
     from numpyro.optim import optax_to_numpyro
 
     full_kwargs = {k: v for k, v in kwargs.items() if k != "batch_size"}
-    full_trace = _model.trace_model(model, args, full_kwargs, seed)
+    full_trace = trace if kwargs.get("batch_size") is None else _model.trace_model(model, args, full_kwargs, seed)
     data, num_docs, vocab_size, alpha, eta = lda_problem(full_trace)
     batch_size = kwargs.get("batch_size") or min(default_batch_size, num_docs)
     run_kwargs = {**full_kwargs, "batch_size": batch_size}

@@ -18,13 +18,15 @@ likelihood that LOO uses. The counts are data, so the site is always conditioned
 silent drop, so rows of ``theta`` stay the rows of ``counts``), ``num_topics < 1`` and
 ``alpha, eta <= 0`` are errors naming the argument, raised before any tracing.
 ``batch_size`` subsamples documents (``numpyro.plate(..., subsample_size=batch_size)``: the
-likelihood and the ``theta`` prior scaled by D / batch_size) for stochastic VI run with
-``numpyro.infer.SVI`` and a guide that supports subsampling (e.g. ``AutoNormal``); the VB
-methods below draw their own mini-batches and refuse a subsampled model.
+likelihood and the ``theta`` prior scaled by D / batch_size) for stochastic VI:
+``method="stochastic"`` below, or ``numpyro.infer.SVI`` with a guide that supports subsampling
+(e.g. ``AutoNormal``); the VB methods draw their own mini-batches and refuse a subsampled model.
 
 Inference: ``inference.mcmc`` (NUTS, small corpora), ``inference.vi(lda, counts,
 method="online" | "batch")`` (variational Bayes, `inference.lda_vb`: seconds on Reuters; its
-options through `inference.lda_vb.fit`), or ``inference.vi`` with an autoguide.
+options through `inference.lda_vb.fit`), ``inference.vi(lda, counts, batch_size=B,
+method="stochastic")`` (mini-batch SVI with a Dirichlet mean-field guide and Optax Adam,
+`inference.lda_vb.stochastic_vi`), or ``inference.vi`` with an autoguide.
 
 Example:
     >>> import numpy as np, inference
