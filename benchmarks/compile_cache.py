@@ -43,7 +43,7 @@ def main():
     parser.add_argument("--out", default="benchmarks/results/compile_cache.md")
     args = parser.parse_args()
     base = dict(os.environ, OMP_NUM_THREADS="1", INFERENCE_PROGRESS="0",
-                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+                XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
     rows = []
     for engine in ("laplace", "vi", "mcmc"):
         with tempfile.TemporaryDirectory() as cache_dir:

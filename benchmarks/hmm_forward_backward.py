@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
 os.environ.setdefault("INFERENCE_COMPILATION_CACHE", "0")  # report real compile times
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = "1"

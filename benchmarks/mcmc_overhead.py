@@ -20,7 +20,7 @@ import sys
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2 "
-                      "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+                      "--xla_cpu_multi_thread_eigen=false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import arviz as az  # noqa: E402

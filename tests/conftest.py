@@ -3,8 +3,10 @@ CPU timings on 2-core machines), no progress bars."""
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 os.environ.setdefault("INFERENCE_PROGRESS", "0")
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as `make test` does
+    os.environ.setdefault(_var, "1")
 
 import jax  # noqa: E402
 
