@@ -43,6 +43,9 @@ def cases():
          {}, ("mcmc", "vi", "laplace")),
         ("probit_regression", probmodels.probit_regression, (Xc, (Xc[:, 0] > 0).astype(int)),
          {}, ("mcmc", "vi", "laplace", "ep")),
+        ("gaussian_mixture (2 components, ordered, 1-D, n=60)", probmodels.gaussian_mixture,
+         (np.r_[np.zeros(30), 3 * np.ones(30)],), {"num_components": 2, "ordered": True},
+         ("mcmc", "vi", "laplace")),
         ("hmm (2 states, gaussian, T=60)", probmodels.hmm, (np.r_[np.zeros(30), 3 * np.ones(30)],),
          {"num_states": 2, "loc_prior": (0.0, 2.0), "scale_prior": (3.0, 2.0)}, ("mcmc", "vi", "laplace")),
     ]

@@ -16,6 +16,22 @@ from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 from inference.latent import recovering
 
 
+def init_strategy(model, args, kwargs, seed, default):
+    """Where an engine starts: ``model.init_values(args, kwargs, seed)`` when the model offers a
+    starting point (e.g. mixtures: k-means++ / CAVI, between label-switched modes), else ``default``."""
+    from numpyro.infer import init_to_value
+
+    start = getattr(model, "init_values", None)
+    return init_to_value(values=start(args, kwargs, seed)) if callable(start) else default
+
+
+def postprocess(model, post):
+    """``model.postprocess(post)`` when the model family adds diagnostics (mixtures: label
+    switching, truncation, poor Laplace fit), else ``post`` unchanged."""
+    hook = getattr(model, "postprocess", None)
+    return hook(post) if callable(hook) else post
+
+
 def check_model(model) -> None:
     if not callable(model):
         raise TypeError(f"model must be a callable NumPyro program, got {type(model).__name__}")

@@ -79,7 +79,8 @@ def laplace(
 
     key = jax.random.PRNGKey(seed)
     info, potential_fn, _, _ = initialize_model(
-        key, model, model_args=args, model_kwargs=kwargs, init_strategy=init_to_median(num_samples=15),
+        key, model, model_args=args, model_kwargs=kwargs,
+        init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_median(num_samples=15)),
     )
     x0, unravel = ravel_pytree(info.z)
     U = lambda x: potential_fn(unravel(x))  # noqa: E731
@@ -121,13 +122,14 @@ def laplace(
         "min_eigenvalue": float(evals[0]), "condition_number": float(evals[-1] / evals[0]),
         "dimension": int(d),
     }
-    return Posterior(
+    post = Posterior(
         engine="laplace", samples=samples, log_likelihood=loglik, observed_data=observed,
         sample_stats={"lp": lp[None], "log_q": log_q[None]}, log_evidence=float(log_evidence),
         evidence_method="laplace", diagnostics=diagnostics,
         approximation={"loc": np.asarray(x), "cov": cov, "precision": H},
         model=model, model_args=args, model_kwargs=kwargs, seed=seed,
     )
+    return _model.postprocess(model, post)
 
 
 def _find_mode(U, x0, max_iter, tol):

@@ -617,6 +617,8 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
     try:
         run_trace = _model.trace_model(model, args, run_kwargs, seed)
     except TypeError as exc:
+        if "batch_size" not in str(exc):
+            raise
         raise ValueError("method='stochastic' needs a model with a `batch_size` keyword (documents per "
                          "subsampled step), as probmodels.lda") from exc
     csr = _corpus(data, num_docs, vocab_size)

@@ -21,7 +21,7 @@ import warnings
 import jax
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs
+from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_uniform
 
 from inference import _model, _options, _special
 from inference.posterior import Posterior
@@ -76,7 +76,8 @@ def mcmc(
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
     # NumPyro's default initialisation: with the same seed our chains are raw NumPyro's chains.
-    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth)
+    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_uniform))
     kernel = DiscreteHMCGibbs(nuts) if _model.discrete_latent_sites(trace) else nuts
     sampler = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                    chain_method=chain_method, progress_bar=progress)
@@ -107,11 +108,12 @@ def mcmc(
         warnings.warn(
             f"{diagnostics['divergences']} divergent transitions: raise target_accept (now "
             f"{target_accept}) or reparameterise the model", stacklevel=2)
-    return Posterior(
+    post = Posterior(
         engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
         sample_stats=sample_stats, diagnostics=diagnostics, model=model, model_args=args,
         model_kwargs=kwargs, seed=seed,
     )
+    return _model.postprocess(model, post)
 
 
 def convergence_diagnostics(samples: dict, diverging=None) -> dict:

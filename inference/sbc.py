@@ -108,12 +108,20 @@ class _Unobserve(Messenger):
             msg["is_observed"] = False
 
 
+# Model-offered hooks that read the data from the model's *arguments* would see the original data,
+# not the simulated observations the fit is conditioned on, so they are not carried over.
+_ARGUMENT_HOOKS = ("init_values", "vi_methods")
+
+
 def _conditioned(model, data):
     def conditioned(*args, **kwargs):
         with handlers.condition(data=data):
             return model(*args, **kwargs)
 
-    return functools.update_wrapper(conditioned, model)  # keeps attributes such as vi_methods
+    functools.update_wrapper(conditioned, model)  # name, docstring, hooks such as postprocess
+    for hook in _ARGUMENT_HOOKS:
+        conditioned.__dict__.pop(hook, None)
+    return conditioned
 
 
 def _flatten(values: dict, names) -> tuple[list[str], np.ndarray]:

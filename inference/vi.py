@@ -105,7 +105,8 @@ def vi(
 
     if isinstance(guide, str):
         guide_name = guide
-        guide = GUIDES[guide](model, init_loc_fn=init_to_median(num_samples=15))
+        guide = GUIDES[guide](model, init_loc_fn=_model.init_strategy(
+            model, args, kwargs, seed, init_to_median(num_samples=15)))
     else:
         guide_name = type(guide).__name__
     tunable = optimizer is None
@@ -166,12 +167,13 @@ def vi(
     # Nested parameters (a flow's networks) are stored flattened; arrays keep their shape.
     approximation = {f"param_{k}": np.asarray(v) if isinstance(v, (jax.Array, np.ndarray))
                      else np.asarray(ravel_pytree(v)[0]) for k, v in params.items()}
-    return Posterior(
+    post = Posterior(
         engine="vi", samples=samples, log_likelihood=loglik, observed_data=observed,
         sample_stats={"lp": lp[None], "log_q": log_q[None]}, log_evidence=elbo,
         evidence_method="elbo", diagnostics=diagnostics, approximation=approximation,
         model=model, model_args=args, model_kwargs=kwargs, seed=seed,
     )
+    return _model.postprocess(model, post)
 
 
 def _set_learning_rate(state, lr):

@@ -4,8 +4,10 @@ as keywords defaulting to ``None``, hyperparameters keyword-only with documented
 from probmodels import conjugate
 from probmodels.gp import bayes_machine, gp_classifier
 from probmodels.hmm import hmm
+from probmodels.lda import lda
+from probmodels.mixtures import dp_mixture, gaussian_mixture
 from probmodels.regression import linear_regression, logistic_regression, probit_regression
 from probmodels.spike_slab import spike_and_slab_probit, spike_and_slab_regression
 
-__all__ = ["bayes_machine", "conjugate", "gp_classifier", "hmm", "linear_regression", "logistic_regression", "probit_regression",
+__all__ = ["bayes_machine", "conjugate", "dp_mixture", "gaussian_mixture", "gp_classifier", "hmm", "lda", "linear_regression", "logistic_regression", "probit_regression",
            "spike_and_slab_probit", "spike_and_slab_regression"]

@@ -87,7 +87,8 @@ def cases() -> list[Case]:
 
 
 # Families whose demo cases have been verified end to end; the others are work in progress.
-VERIFIED_FAMILIES: tuple[str, ...] = ("probmodels.gp", "probmodels.hmm", "probmodels.spike_slab")
+VERIFIED_FAMILIES: tuple[str, ...] = ("probmodels.gp", "probmodels.hmm", "probmodels.lda", "probmodels.mixtures",
+                                        "probmodels.spike_slab")
 
 
 def _family_cases():

@@ -12,6 +12,12 @@ MODULES = [
     "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.sites",
     "inference.ep.state", "inference.ep.update", "inference.sbc",
     "probmodels.conjugate", "probmodels.datasets", "probmodels.regression", "probmodels.simulate",
+    "inference.distributed_ep", "inference.lda_vb", "probmodels.lda", "probmodels.text",
+    "inference.hmm", "inference.hmm.baum_welch", "inference.hmm.forward_backward", "inference.hmm.parallel",
+    "inference.hmm.sampling", "inference.hmm.viterbi", "probmodels.hmm",
+    "inference.spikeslab", "probmodels.spike_slab", "probmodels.kernels", "probmodels.gp",
+    "probmodels.selection", "inference.ess", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
+    "inference.ep.sparse_bm", "probmodels.mixtures", "inference.mixture_cavi", "inference.mixture_diagnostics",
 ]
 
 
