@@ -13,7 +13,7 @@ Example:
     >>> import numpy as np
     >>> from inference.mixture_diagnostics import co_clustering, occupied_components
     >>> z = np.array([[[0, 0, 1], [1, 1, 0]]])           # (chain, draw, point)
-    >>> co_clustering(z)[0, 1], co_clustering(z)[0, 2]
+    >>> float(co_clustering(z)[0, 1]), float(co_clustering(z)[0, 2])
     (1.0, 0.0)
     >>> occupied_components(z).tolist()
     [[2, 2]]

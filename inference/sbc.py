@@ -228,6 +228,9 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
         inside.append((truth >= lo) & (truth <= hi))
         if bar is not None:
             bar.update()
+        # every fit compiles afresh (new data constants); drop those executables so that memory
+        # stays flat over hundreds of replicates
+        jax.clear_caches()
     if bar is not None:
         bar.close()
     if not ranks:

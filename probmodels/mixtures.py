@@ -348,7 +348,7 @@ def init_values(model, args, kwargs, seed: int = 0) -> dict:
 
     >>> import numpy as np
     >>> X = np.r_[np.zeros((20, 1)) - 3, np.zeros((20, 1)) + 3] + np.random.default_rng(0).normal(size=(40, 1))
-    >>> np.round(init_values(gaussian_mixture, (X,), {"num_components": 2})["locs"][:, 0])
+    >>> np.round(np.asarray(init_values(gaussian_mixture, (X,), {"num_components": 2})["locs"][:, 0]))
     array([-3.,  3.])
     """
     from inference import mixture_cavi

@@ -24,7 +24,7 @@ Example:
     >>> from probmodels.gp import bayes_machine
     >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 2)); y = X[:, 0] > 0
     >>> post = inference.ep(bayes_machine, X, y, num_samples=200)
-    >>> post.predict(X[:4]).posterior_predictive["y"].shape
+    >>> post.predict(X[:4])["y"].shape
     (1, 200, 4)
 """
 

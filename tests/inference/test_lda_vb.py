@@ -313,11 +313,9 @@ def test_stochastic_vi_recovers_simulated_topics(simulated):
 
 
 def test_stochastic_vi_needs_a_batch_size_keyword():
-    import probmodels.lda as lda_module
-
     def no_batch_keyword(counts, num_topics=2):
         return lda(counts, num_topics)
 
-    no_batch_keyword.vi_methods = lda_module.lda.vi_methods
+    no_batch_keyword.vi_methods = lda.vi_methods
     with pytest.raises(ValueError, match="needs a model with a `batch_size` keyword"):
         inference.vi(no_batch_keyword, np.array([[1, 2], [3, 0]]), method="stochastic", progress=False)
