@@ -133,10 +133,16 @@ def _plot(post, path_base):
     if not names:
         return []
     pc = az.plot_forest(dt, var_names=names, backend="matplotlib")
-    path = f"{path_base}_forest.png"
-    pc.savefig(path)
+    paths = [f"{path_base}_forest.png"]
+    pc.savefig(paths[0])
     plt.close("all")
-    return [path]
+    if post.engine == "mcmc":  # chains: trace plot of the (at most 4) smallest sites
+        small = sorted(names, key=lambda k: post.samples[k][0, 0].size)[:4]
+        pc = az.plot_trace(dt, var_names=small, backend="matplotlib")
+        paths.append(f"{path_base}_trace.png")
+        pc.savefig(paths[-1])
+        plt.close("all")
+    return paths
 
 
 def run(out: str = "demo-output", *, only=None, engines=None, quiet: bool = False, plots: bool = True):
@@ -155,8 +161,7 @@ def run(out: str = "demo-output", *, only=None, engines=None, quiet: bool = Fals
     for case, engine in jobs:
         opts = dict(case.options.get(engine, {}))
         opts.setdefault("seed", 0)
-        if engine in ("mcmc", "vi"):
-            opts.setdefault("progress", False)
+        opts.setdefault("progress", False)  # one bar: the demo's own
         row = {"model": case.name, "engine": engine}
         try:
             t0 = time.perf_counter()

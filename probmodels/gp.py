@@ -25,6 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import types
+
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -112,7 +114,40 @@ def latent_predictive(f_draws, X_train, X_new, kernel):
     return f_draws @ A, np.maximum(var, 1e-12)
 
 
-def _gp_case(name, model, split, kernel, engines, options, **model_kw):
+def _boundary_plot(split, kernel):
+    """Demo picture: predictive P(y=+1) over the 2-D input square with the 0.5 contour (the
+    decision boundary), training points, flipped labels ringed."""
+
+    def plot(post, path_base):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from scipy.stats import norm
+
+        g = np.linspace(-1, 1, 41)
+        G = np.array([[a, b] for b in g for a in g])
+        mean, var = latent_predictive(post.samples["f"], split.X_train, G, kernel)
+        eps = np.asarray(post.samples["eps"]).reshape(-1, 1)
+        p1 = np.mean(eps + (1 - 2 * eps) * norm.cdf(mean / np.sqrt(var)), axis=0).reshape(41, 41)
+        fig, ax = plt.subplots(figsize=(5, 4.4))
+        im = ax.contourf(g, g, p1, levels=np.linspace(0, 1, 11), cmap="coolwarm")
+        ax.contour(g, g, p1, levels=[0.5], colors="k")
+        Xt, yt = split.X_train, split.y_train
+        ax.scatter(*Xt[yt > 0].T, marker="+", c="k", s=20)
+        ax.scatter(*Xt[yt <= 0].T, marker="o", facecolors="none", edgecolors="k", s=14)
+        ax.set(aspect="equal", title=f"Bayes machine ({post.engine}): P(y=+1), E[eps] {eps.mean():.3f}")
+        fig.colorbar(im, ax=ax)
+        path = f"{path_base}_boundary.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return [path]
+
+    return plot
+
+
+def _gp_case(name, model, split, kernel, engines, options, plot=None, **model_kw):
     from scipy.stats import norm
 
     def score(post):
@@ -132,7 +167,7 @@ def _gp_case(name, model, split, kernel, engines, options, **model_kw):
     from probmodels.demo import Case
 
     return Case(name, model, (split.X_train, split.y_train), {"kernel": kernel, **model_kw}, engines, score,
-                options)
+                options, plot)
 
 
 def demo_cases():
@@ -151,7 +186,17 @@ def demo_cases():
     split = datasets.split(X, y, train_size=66, seed=0)
     kernel = RBF(lengthscale=2.0 * float(np.sqrt(X.shape[1])), variance=100.0)
     mcmc = {"num_samples": 1000, "num_warmup": 500, "num_chains": 2}
+    # the thesis' circle problem (2-D, so the decision boundary can be drawn): 100 training points,
+    # 10% of the labels flipped, 1000 test points
+    rng = np.random.default_rng(0)
+    Xc = rng.uniform(-1, 1, (1100, 2))
+    yc = np.where((Xc ** 2).sum(1) >= 0.5, 1, -1)
+    yc[:100] = np.where(rng.uniform(size=100) < 0.1, -yc[:100], yc[:100])
+    circle = types.SimpleNamespace(X_train=Xc[:100], y_train=yc[:100], X_test=Xc[100:], y_test=yc[100:])
     return [
         _gp_case("gp_classifier", gp_classifier, split, kernel, ("laplace", "ep"), {"ep": {"progress": False}}),
         _gp_case("bayes_machine", bayes_machine, split, kernel, ("mcmc", "ep"), {"mcmc": mcmc}),
+        _gp_case("bayes_machine_circle", bayes_machine, circle, RBF(1.0), ("mcmc", "ep"),
+                 {"mcmc": {"num_samples": 2000, "num_warmup": 1000, "num_chains": 2}},
+                 plot=_boundary_plot(circle, RBF(1.0))),
     ]

@@ -251,7 +251,32 @@ def demo_cases():
     fast_mcmc = {"mcmc": {"num_samples": 500, "num_warmup": 200, "num_chains": 2}}
     return [
         Case("spike_and_slab_regression", spike_and_slab_regression, (X, y), {"p_incl": 0.3},
-             ("mcmc", "vi", "ep"), exact_score),
+             ("mcmc", "vi", "ep"), exact_score, {}, _inclusion_plot(None)),
         Case("spike_and_slab_probit_leukemia", spike_and_slab_probit, (sp.X_train, sp.y_train), {},
-             ("mcmc", "vi", "ep"), leukemia_score, fast_mcmc),
+             ("mcmc", "vi", "ep"), leukemia_score, fast_mcmc, _inclusion_plot(30)),
     ]
+
+
+def _inclusion_plot(top):
+    """Demo picture: posterior inclusion probability per feature (the ``top`` largest if given)."""
+
+    def plot(post, path_base):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        p = np.asarray(post.approximation["inclusion_probability"])
+        idx = np.arange(p.size) if top is None else np.argsort(-p)[:top]
+        fig, ax = plt.subplots(figsize=(8, 3))
+        ax.bar(np.arange(idx.size), p[idx])
+        ax.set_xticks(np.arange(idx.size), [str(i) for i in idx], rotation=90, fontsize=6)
+        ax.set(ylabel="P(included)", xlabel="feature" if top is None else f"top {top} features (column index)",
+               title=f"posterior inclusion probabilities ({post.engine})", ylim=(0, 1))
+        path = f"{path_base}_inclusion.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return [path]
+
+    return plot
