@@ -56,6 +56,13 @@ def laplace(
     """Gaussian approximation at the posterior mode of ``model(*args, **kwargs)``.
 
     ``tol`` is the gradient-norm tolerance of the mode search; ``max_iter`` caps L-BFGS iterations.
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
+        >>> post = inference.laplace(probmodels.linear_regression, X, y, noise_scale=1.0, num_samples=100)
+        >>> post.evidence_method, post.diagnostics["converged"]
+        ('laplace', True)
     """
     num_samples = _options.positive_int(num_samples, "num_samples")
     max_iter = _options.positive_int(max_iter, "max_iter")

@@ -47,6 +47,14 @@ def mcmc(
     passes model arguments whose names collide with an option). ``chain_method`` defaults to
     ``"parallel"`` when there are at least ``num_chains`` devices and ``"sequential"`` otherwise
     (one compilation, reused by every chain).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
+        >>> post = inference.mcmc(probmodels.linear_regression, X, y, noise_scale=1.0, num_samples=200,
+        ...                       num_warmup=200, num_chains=2, progress=False)
+        >>> post.samples["w"].shape, sorted(post.to_arviz().children)[:3]
+        ((2, 200, 2), ['log_likelihood', 'observed_data', 'posterior'])
     """
     num_samples = _options.positive_int(num_samples, "num_samples")
     num_warmup = _options.positive_int(num_warmup, "num_warmup", minimum=0)

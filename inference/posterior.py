@@ -219,6 +219,13 @@ def load(path, *, model: Callable | None = None, model_args: tuple = (), model_k
 
     ``model`` (and the training ``model_args``/``model_kwargs``) re-attach the NumPyro program so
     that :meth:`Posterior.predict` works again on the loaded object.
+
+    Example:
+        >>> import numpy as np, inference, os, tempfile
+        >>> post = inference.Posterior(engine="vi", samples={"w": np.zeros((1, 4, 2))})
+        >>> path = os.path.join(tempfile.mkdtemp(), "fit.nc"); post.save(path)
+        >>> inference.load(path).samples["w"].shape
+        (1, 4, 2)
     """
     import os
 

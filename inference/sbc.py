@@ -157,6 +157,14 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
             ``L + 1`` must be divisible by the number of histogram bins (10 when it is).
         params: latent sites to check (default: every continuous latent sample site).
         engine_options: keyword options for the engine (defaults keep each fit short).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(10, 1)); y = X[:, 0]
+        >>> res = inference.sbc(probmodels.linear_regression, X, y, noise_scale=1.0, engine="laplace",
+        ...                     num_replicates=10, num_draws=19, progress=False)
+        >>> res.ranks.shape, res.names
+        ((10, 1), ('w[0]',))
     """
     import jax
 

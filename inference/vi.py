@@ -66,6 +66,14 @@ def vi(
     autoregressive flow) or any NumPyro guide. ``optimizer``: an Optax transformation (default Adam
     at ``learning_rate`` with plateau reductions). ``method``: ``"svi"``, or a coordinate-ascent
     scheme a model family offers (listed in ``model.vi_methods``).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
+        >>> post = inference.vi(probmodels.linear_regression, X, y, noise_scale=1.0, guide="mvn", steps=3000,
+        ...                     learning_rate=0.05, check_every=250, num_samples=100, progress=False)
+        >>> post.evidence_method, "log_q" in post.sample_stats
+        ('elbo', True)
     """
     steps = _options.positive_int(steps, "steps")
     num_particles = _options.positive_int(num_particles, "num_particles")

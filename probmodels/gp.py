@@ -65,6 +65,15 @@ def gp_classifier(X, y=None, *, kernel=None, link="probit"):
     """GP classifier: ``f ~ GP(0, kernel)`` at the rows of ``X``, ``y_i ~ Bernoulli(link^-1(f_i))``.
 
     ``link`` is ``"probit"`` (``Phi``; EP moments in closed form) or ``"logit"`` (sigmoid).
+
+    Example:
+        >>> import numpy as np, inference
+        >>> from probmodels import gp_classifier
+        >>> from probmodels.kernels import RBF
+        >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 1)); y = X[:, 0] > 0
+        >>> post = inference.ep(gp_classifier, X, y, kernel=RBF(0.5), num_samples=50, progress=False)
+        >>> post.samples["f"].shape
+        (1, 50, 30)
     """
     X, n, y, kernel = _inputs(X, y, kernel)
     if link not in LINKS:
@@ -80,6 +89,14 @@ def bayes_machine(X, y=None, *, kernel=None, noise_prior=(1.0, 10.0)):
     ``P(y_i = 1 | f_i, eps) = eps + (1 - 2 eps) step(f_i)`` (each label flipped with probability eps).
 
     ``noise_prior = (a0, b0)``, both positive; the default Beta(1, 10) has mean 1/11.
+
+    Example:
+        >>> import numpy as np, inference
+        >>> from probmodels import bayes_machine
+        >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 2)); y = X[:, 0] > 0
+        >>> post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
+        >>> bool(0 < post.mean("eps") < 0.5)   # the learnt label-flip rate
+        True
     """
     X, n, y, kernel = _inputs(X, y, kernel)
     a0, b0 = _checks.positive_pair(noise_prior, "noise_prior")

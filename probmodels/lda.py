@@ -128,6 +128,13 @@ def lda(counts, num_topics: int = 10, *, alpha: float = 0.1, eta: float = 0.01, 
     log likelihood). ``alpha``: symmetric Dirichlet concentration of each document's topic
     proportions; ``eta``: of each topic's word distribution. ``batch_size``: documents per
     subsampled step (None: all).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> counts = np.random.default_rng(0).poisson(1.0, size=(30, 40))
+        >>> post = inference.vi(probmodels.lda, counts, num_topics=3, method="batch", steps=20, num_samples=10)
+        >>> post.samples["topics"].shape, post.samples["theta"].shape
+        ((1, 10, 3, 40), (1, 10, 30, 3))
     """
     terms = document_terms(counts)
     num_topics = _checks.positive_int(num_topics, "num_topics")

@@ -261,6 +261,13 @@ def gaussian_mixture(X, num_components=3, *, covariance="full", ordered=False, w
         covariance: ``"full"`` (site ``cov``, (K, d, d)) or ``"diag"`` (site ``scales``, (K, d)).
         ordered: sort the components by ``locs[:, 0]`` (breaks label switching exactly).
         Remaining keyword arguments: the prior (module docstring).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.r_[np.random.default_rng(0).normal(-3, 1, (50, 1)), np.random.default_rng(1).normal(3, 1, (50, 1))]
+        >>> post = inference.vi(probmodels.gaussian_mixture, X, num_components=2, method="cavi", num_samples=50)
+        >>> np.round(np.sort(post.mean("locs")[:, 0])).tolist(), post.samples["z"].shape
+        ([-3.0, 3.0], (1, 50, 100))
     """
     k = _checks.positive_int(num_components, "num_components")
     covariance = _covariance(covariance)
@@ -289,6 +296,13 @@ def dp_mixture(X, truncation=20, *, concentration=1.0, covariance="full", concen
             of the last one (beyond the truncation) and warns when it is not negligible.
         concentration: the DP concentration alpha > 0, or None for ``Gamma(*concentration_prior)``.
         Remaining keyword arguments: as `gaussian_mixture` (module docstring).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.r_[np.random.default_rng(0).normal(-3, 1, (50, 1)), np.random.default_rng(1).normal(3, 1, (50, 1))]
+        >>> post = inference.vi(probmodels.dp_mixture, X, truncation=8, method="cavi", num_samples=50)
+        >>> bool(np.sort(post.mean("weights"))[-2:].sum() > 0.9)   # two components carry the mass
+        True
     """
     t = _checks.positive_int(truncation, "truncation", minimum=2)
     covariance = _covariance(covariance)

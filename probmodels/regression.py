@@ -28,6 +28,13 @@ def linear_regression(X, y=None, *, prior_scale=1.0, noise_scale=None, noise_pri
     Unknown noise: ``precision ~ Gamma(noise_prior)`` (shape, rate) and the conjugate
     normal-gamma prior ``w | precision ~ N(0, prior_scale^2 / precision I)``, so both cases have
     the closed-form posterior and evidence of `probmodels.conjugate`.
+
+    Example:
+        >>> import numpy as np, numpyro, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(20, 3))
+        >>> sim = numpyro.handlers.trace(numpyro.handlers.seed(probmodels.linear_regression, 0)).get_trace(X, noise_scale=1.0)
+        >>> sim["w"]["value"].shape, sim["y"]["value"].shape   # a draw from the prior predictive
+        ((3,), (20,))
     """
     X = _checks.matrix(X, "X")
     n, d = X.shape
@@ -47,7 +54,15 @@ def linear_regression(X, y=None, *, prior_scale=1.0, noise_scale=None, noise_pri
 
 def logistic_regression(X, y=None, *, prior_scale=1.0):
     """Bayesian logistic regression: ``w ~ N(0, prior_scale^2 I)``, ``y ~ Bernoulli(sigmoid(X w))``.
-    Labels {0, 1}, {-1, +1} or bool."""
+    Labels {0, 1}, {-1, +1} or bool.
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(50, 2)); y = X[:, 0] > 0
+        >>> post = inference.laplace(probmodels.logistic_regression, X, y, num_samples=100)
+        >>> post.samples["w"].shape, bool(post.mean("w")[0] > 0)
+        ((1, 100, 2), True)
+    """
     X = _checks.matrix(X, "X")
     n, d = X.shape
     y = _checks.binary_labels(y, n, "y")
@@ -58,7 +73,15 @@ def logistic_regression(X, y=None, *, prior_scale=1.0):
 
 def probit_regression(X, y=None, *, prior_scale=1.0):
     """Bayesian probit regression: ``w ~ N(0, prior_scale^2 I)``, ``y ~ Bernoulli(Phi(X w))``.
-    Labels {0, 1}, {-1, +1} or bool."""
+    Labels {0, 1}, {-1, +1} or bool.
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(50, 2)); y = X[:, 0] > 0
+        >>> post = inference.ep(probmodels.probit_regression, X, y, num_samples=100, progress=False)
+        >>> post.evidence_method, bool(post.mean("w")[0] > 0)
+        ('ep', True)
+    """
     X = _checks.matrix(X, "X")
     n, d = X.shape
     y = _checks.binary_labels(y, n, "y")

@@ -53,6 +53,13 @@ def spike_and_slab_regression(X, y=None, *, p_incl=0.1, slab_scale=1.0, noise_sc
             the precision is unknown (Normal-Gamma).
         noise_scale: fixed noise standard deviation (> 0), scalar or ``(n,)``; ``None`` puts a
             Gamma(``noise_prior`` = (shape, rate)) prior on the noise precision (site ``precision``).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(40, 6)); y = 2 * X[:, 0] + 0.1 * np.random.default_rng(1).normal(size=40)
+        >>> post = inference.ep(probmodels.spike_and_slab_regression, X, y, noise_scale=0.1, num_samples=50, progress=False)
+        >>> np.round(post.approximation["inclusion_probability"][:2], 2).tolist()
+        [1.0, 0.0]
     """
     X, y = _check_design(X, y, labels=False)
     n, d = np.shape(X)
@@ -76,6 +83,13 @@ def spike_and_slab_probit(X, y=None, *, p_incl=None, slab_scale=1.0):
     Labels may be {0, 1}, {-1, +1} or bool; site ``y`` holds them as 0/1. ``p_incl=None`` is the
     thesis default 32 / d (capped at 0.5 so that small problems do not default to including nearly
     every feature); ``slab_scale`` is the slab standard deviation.
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(60, 20)); y = X[:, 0] > 0
+        >>> post = inference.ep(probmodels.spike_and_slab_probit, X, y, num_samples=50, progress=False)
+        >>> int(np.argmax(post.approximation["inclusion_probability"]))
+        0
     """
     X, y = _check_design(X, y, labels=True)
     n, d = np.shape(X)
