@@ -1,6 +1,8 @@
 # Bootstrap a .venv with Python >= 3.12 and run the two jobs of the project.
 #   make demo    the main job: every library model with every applicable engine
-#   make test    the whole test suite (what CI runs)
+#   make test    the test suite CI runs (long statistical checks marked `slow` excluded;
+#                each has a faster version of the same check in this run)
+#   make test-all  everything, the `slow` checks included
 # PYTHON=/path/to/python3.12 overrides the interpreter search.
 
 VENV := .venv
@@ -26,7 +28,7 @@ FIND_PYTHON = \
   echo "No Python >= 3.12 found: install one (e.g. pyenv install 3.12) or pass PYTHON=/path/to/python3.12" >&2; \
   exit 1
 
-.PHONY: demo test test-fast install clean bench
+.PHONY: demo test test-all install clean bench
 
 $(STAMP): pyproject.toml
 	@py=$$($(FIND_PYTHON)) || exit 1; \
@@ -41,10 +43,10 @@ demo: $(STAMP)
 	$(VENV)/bin/probmodels demo --out demo-output
 
 test: $(STAMP)
-	$(VPY) -m pytest -n 2 --dist loadfile -q
-
-test-fast: $(STAMP)
 	$(VPY) -m pytest -n 2 --dist loadfile -q -m "not slow"
+
+test-all: $(STAMP)
+	$(VPY) -m pytest -n 2 --dist loadfile -q
 
 bench: $(STAMP)
 	$(VPY) -m pip install -q -e '.[bench]'
