@@ -22,7 +22,7 @@ out) in d = 2 (the 3-cluster simulator) and d = 10 (6 random clusters).
 
 Reproduce (bench extra installed: ``pip install -e '.[bench]'``):
 
-    OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+    OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false" \
         .venv/bin/python benchmarks/mixtures_vs_sklearn.py --repeats 1 --out benchmarks/results/mixtures.md
 """
 
@@ -166,7 +166,7 @@ def main():
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = "\n".join([
         "# DP Gaussian mixture: CAVI (ours) vs scikit-learn BayesianGaussianMixture", "",
-        "Command: `OMP_NUM_THREADS=1 XLA_FLAGS=\"--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1\" "
+        "Command: `OMP_NUM_THREADS=1 XLA_FLAGS=\"--xla_cpu_multi_thread_eigen=false\" "
         f".venv/bin/python benchmarks/mixtures_vs_sklearn.py --repeats {args.repeats}"
         f"{' --quick' if args.quick else ''} --out benchmarks/results/mixtures.md`", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} when run); "
