@@ -13,6 +13,7 @@ from numpyro import handlers
 from numpyro.infer import Predictive, init_to_uniform
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
+from inference import compiled
 from inference.latent import recovering
 
 
@@ -23,6 +24,12 @@ def init_strategy(model, args, kwargs, seed, default):
 
     start = getattr(model, "init_values", None)
     return init_to_value(values=start(args, kwargs, seed)) if callable(start) else default
+
+
+def init_values(model, args, kwargs, seed):
+    """``model.init_values(args, kwargs, seed)`` (constrained values by site) or ``None``."""
+    start = getattr(model, "init_values", None)
+    return start(args, kwargs, seed) if callable(start) else None
 
 
 def postprocess(model, post):
@@ -78,10 +85,15 @@ def deterministic_sites(trace) -> list[str]:
     return [name for name, site in trace.items() if site["type"] == "deterministic"]
 
 
-def recovered_site_names(model, args, kwargs) -> list[str]:
-    plain = trace_model(model, args, kwargs)
-    with_rec = trace_model(model, args, kwargs, recover=True)
-    return [n for n, s in with_rec.items() if s["type"] == "deterministic" and n not in plain]
+def recovered_site_names(model, args, kwargs, trace=None) -> list[str]:
+    """Sites that `inference.recovered` adds when recovery is on (one eager trace per structure)."""
+
+    def compute():
+        plain = trace if trace is not None else trace_model(model, args, kwargs)
+        with_rec = trace_model(model, args, kwargs, recover=True)
+        return [n for n, s in with_rec.items() if s["type"] == "deterministic" and n not in plain]
+
+    return compiled.memo("recovered-names", model, args, kwargs, compute)
 
 
 def discrete_latent_sites(trace) -> list[str]:
@@ -96,7 +108,38 @@ def pointwise_log_likelihood(model, flat_samples, args, kwargs) -> dict[str, np.
     """Observed site -> log p(y_i | draw) with shape ``(num_draws, *obs_shape)``."""
     if not flat_samples:
         return {}
-    out = _numpyro_log_likelihood(model, flat_samples, *args, batch_ndims=1, **kwargs)
+
+    def build(rebuild):
+        def loglik(arrays, samples):
+            a, kw = rebuild(arrays)
+            return _numpyro_log_likelihood(model, samples, *a, batch_ndims=1, **kw)
+
+        return jax.jit(loglik)
+
+    out = compiled.call("loglik", model, args, kwargs, (), build, _as_jax(flat_samples))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _as_jax(tree: dict) -> dict:
+    return {k: jnp.asarray(v) for k, v in tree.items()}
+
+
+def _predictive(tag, model, flat_samples, args, kwargs, rng_key, names, recover=False):
+    """Sites ``names`` of the model run once per draw (``Predictive``), compiled per structure."""
+    names = tuple(names)
+
+    def build(rebuild):
+        def run(arrays, samples, key):
+            a, kw = rebuild(arrays)
+            pred = Predictive(model, posterior_samples=samples, return_sites=list(names), batch_ndims=1)
+            if recover:
+                with recovering():  # read while tracing
+                    return pred(key, *a, **kw)
+            return pred(key, *a, **kw)
+
+        return jax.jit(run)
+
+    out = compiled.call(tag, model, args, kwargs, names, build, _as_jax(flat_samples), rng_key)
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -104,10 +147,7 @@ def recover_latents(model, flat_samples, args, kwargs, rng_key, names) -> dict[s
     """Draw each recovered discrete latent once per posterior draw (see `inference.latent`)."""
     if not names:
         return {}
-    with recovering():
-        pred = Predictive(model, posterior_samples=flat_samples, return_sites=list(names), batch_ndims=1)
-        out = pred(rng_key, *args, **kwargs)
-    return {k: np.asarray(v) for k, v in out.items()}
+    return _predictive("recover", model, flat_samples, args, kwargs, rng_key, names, recover=True)
 
 
 def to_chains(flat: dict, num_chains: int) -> dict[str, np.ndarray]:
@@ -128,17 +168,18 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     return to_chains({k: np.asarray(v) for k, v in out.items()}, post.num_chains)
 
 
-def finish_samples(model, flat_samples, args, kwargs, rng_key, num_chains):
+def finish_samples(model, flat_samples, args, kwargs, rng_key, num_chains, trace=None):
     """From flat latent draws (constrained space) to the Posterior's samples, log likelihood and
-    observed data: adds deterministic and recovered sites, reshapes to (chain, draw)."""
-    trace = trace_model(model, args, kwargs)
-    rec_names = recovered_site_names(model, args, kwargs)
+    observed data: adds deterministic and recovered sites, reshapes to (chain, draw). ``trace``:
+    the engine's eager trace of the model, when it has one."""
+    trace = trace if trace is not None else trace_model(model, args, kwargs)
+    rec_names = recovered_site_names(model, args, kwargs, trace=trace)
     det_names = [n for n in deterministic_sites(trace) if n not in flat_samples]
     flat = {k: jnp.asarray(v) for k, v in flat_samples.items()}
-    if det_names:
-        pred = Predictive(model, posterior_samples=flat, return_sites=det_names, batch_ndims=1)
-        flat.update(pred(jax.random.fold_in(rng_key, 1), *args, **kwargs))
     latent_only = {k: v for k, v in flat.items() if k in set(latent_sites(trace))}
+    if det_names:
+        flat.update(_predictive("deterministic", model, latent_only, args, kwargs,
+                                jax.random.fold_in(rng_key, 1), det_names))
     flat.update(recover_latents(model, latent_only, args, kwargs, jax.random.fold_in(rng_key, 2), rec_names))
     loglik = pointwise_log_likelihood(model, latent_only, args, kwargs)
     return (

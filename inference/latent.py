@@ -30,7 +30,21 @@ _STATE = {"on": False}
 
 
 def recovered(name: str, sample_fn) -> None:
-    """Declare discrete latent ``name``; ``sample_fn(rng_key)`` draws it given the other sites."""
+    """Declare discrete latent ``name``; ``sample_fn(rng_key)`` draws it given the other sites.
+
+    Example (a two-component mixture with its assignments summed out, then recovered per draw):
+        >>> import jax, jax.numpy as jnp, numpy as np, numpyro, numpyro.distributions as dist
+        >>> import inference
+        >>> def mixture(x):
+        ...     mu = numpyro.sample("mu", dist.Normal(jnp.zeros(2), 5.0).to_event(1))
+        ...     logp = jnp.log(0.5) + dist.Normal(mu, 1.0).log_prob(x[:, None])   # (n, 2)
+        ...     numpyro.factor("x", jax.nn.logsumexp(logp, axis=1).sum())
+        ...     inference.recovered("z", lambda key: jax.random.categorical(key, logp))
+        >>> x = np.r_[np.full(5, -3.0), np.full(5, 3.0)]
+        >>> post = inference.laplace(mixture, x, num_samples=20)
+        >>> post.samples["z"].shape, post.samples["z"].dtype.kind
+        ((1, 20, 10), 'i')
+    """
     if _STATE["on"]:
         numpyro.deterministic(name, sample_fn(numpyro.prng_key()))
 

@@ -24,6 +24,7 @@ from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_uniform
 
 from inference import _model, _options, _special
+from inference.chains import run_nuts
 from inference.posterior import Posterior
 
 
@@ -83,35 +84,34 @@ def mcmc(
 
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
-    # NumPyro's default initialisation: with the same seed our chains are raw NumPyro's chains.
-    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_uniform))
-    kernel = DiscreteHMCGibbs(nuts) if _model.discrete_latent_sites(trace) else nuts
-    sampler = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                   chain_method=chain_method, progress_bar=progress)
-    extra = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
-    if kernel is not nuts:
-        extra = ("potential_energy",)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="There are not enough devices")
-        sampler.run(jax.random.PRNGKey(seed), *args, extra_fields=extra, **kwargs)
-
     latent = set(_model.latent_sites(trace))
-    draws = sampler.get_samples(group_by_chain=False)
-    flat = {k: v for k, v in draws.items() if k in latent}
+    if _model.discrete_latent_sites(trace):
+        samples_flat, sample_stats = _run_discrete(model, args, kwargs, seed, target_accept,
+                                                   max_tree_depth, chain_method, progress, **common)
+        sampler_name = "discrete-hmc-gibbs"
+    else:
+        if chain_method == "parallel" and jax.local_device_count() < num_chains:
+            chain_method = "sequential"  # as NumPyro does, without its warning
+        draws, stats = run_nuts(
+            model, args, kwargs, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
+            num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
+            max_tree_depth=max_tree_depth, init_values=_model.init_values(model, args, kwargs, seed),
+            progress=progress)
+        samples_flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in draws.items()}
+        sample_stats = {"lp": -stats.pop("potential_energy")}
+        rename = {"diverging": "diverging", "num_steps": "n_steps", "accept_prob": "acceptance_rate",
+                  "energy": "energy"}
+        sample_stats.update({rename[k]: v for k, v in stats.items() if k in rename})
+        sampler_name = "nuts"
+
     samples, loglik, observed = _model.finish_samples(
-        model, flat, args, kwargs, jax.random.PRNGKey(seed + 1), num_chains
+        model, samples_flat, args, kwargs, jax.random.PRNGKey(seed + 1), num_chains, trace=trace
     )
-    stats = {k: np.asarray(v) for k, v in sampler.get_extra_fields(group_by_chain=True).items()}
-    sample_stats = {"lp": -stats.pop("potential_energy")}
-    rename = {"diverging": "diverging", "num_steps": "n_steps", "accept_prob": "acceptance_rate",
-              "energy": "energy"}
-    sample_stats.update({rename[k]: v for k, v in stats.items() if k in rename})
     diagnostics = convergence_diagnostics(
         {k: v for k, v in samples.items() if k in latent}, sample_stats.get("diverging")
     )
     diagnostics["chain_method"] = chain_method
-    diagnostics["sampler"] = "nuts" if kernel is nuts else "discrete-hmc-gibbs"
+    diagnostics["sampler"] = sampler_name
     if diagnostics["divergences"]:
         warnings.warn(
             f"{diagnostics['divergences']} divergent transitions: raise target_accept (now "
@@ -122,6 +122,20 @@ def mcmc(
         model_kwargs=kwargs, seed=seed,
     )
     return _model.postprocess(model, post)
+
+
+def _run_discrete(model, args, kwargs, seed, target_accept, max_tree_depth, chain_method, progress,
+                  *, num_samples, num_warmup, num_chains, **_):
+    """Discrete sites the model does not sum out: NumPyro's Gibbs steps beside NUTS."""
+    nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_uniform))
+    sampler = MCMC(DiscreteHMCGibbs(nuts), num_warmup=num_warmup, num_samples=num_samples,
+                   num_chains=num_chains, chain_method=chain_method, progress_bar=progress)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There are not enough devices")
+        sampler.run(jax.random.PRNGKey(seed), *args, extra_fields=("potential_energy",), **kwargs)
+    stats = sampler.get_extra_fields(group_by_chain=True)
+    return sampler.get_samples(group_by_chain=False), {"lp": -np.asarray(stats["potential_energy"])}
 
 
 def convergence_diagnostics(samples: dict, diverging=None) -> dict:

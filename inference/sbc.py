@@ -22,7 +22,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.primitives import Messenger
 
-from inference import _model, _options
+from inference import compiled, _model, _options
 
 _DEFAULTS = {
     "mcmc": {"num_warmup": 400, "num_samples": 400, "num_chains": 2},
@@ -113,9 +113,12 @@ class _Unobserve(Messenger):
 _ARGUMENT_HOOKS = ("init_values", "vi_methods")
 
 
-def _conditioned(model, data):
-    def conditioned(*args, **kwargs):
-        with handlers.condition(data=data):
+def _conditioned(model):
+    """``model`` with its observed sites set to ``_sbc_data``: one program for every replicate, the
+    simulated data an argument, so engines compile it once (see `inference.compiled`)."""
+
+    def conditioned(*args, _sbc_data=None, **kwargs):
+        with handlers.condition(data=_sbc_data):
             return model(*args, **kwargs)
 
     functools.update_wrapper(conditioned, model)  # name, docstring, hooks such as postprocess
@@ -205,6 +208,7 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
     num_bins = 10 if (num_draws + 1) % 10 == 0 else next(b for b in (8, 5, 4, 2) if (num_draws + 1) % b == 0)
 
     simulate = _Unobserve(model, observed)
+    conditioned = _conditioned(model)
     rng = np.random.default_rng(seed)
     ranks, inside, labels, failures = [], [], None, 0
     bar = None
@@ -222,7 +226,7 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
                 warnings.simplefilter("ignore")
                 if isinstance(engine, str) and "progress" not in options:
                     options["progress"] = False
-                post = fit(_conditioned(model, data), *args, seed=seed + r, **options, **kwargs)
+                post = fit(conditioned, *args, seed=seed + r, **options, _sbc_data=data, **kwargs)
         except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
             failures += 1
             warnings.warn(f"SBC replicate {r}: the fit failed ({exc})", stacklevel=2)
@@ -236,9 +240,11 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
         inside.append((truth >= lo) & (truth <= hi))
         if bar is not None:
             bar.update()
-        # every fit compiles afresh (new data constants); drop those executables so that memory
-        # stays flat over hundreds of replicates
-        jax.clear_caches()
+        # engines that still compile per fit leave one executable per replicate; drop them now
+        # and then (not every time: the kept NUTS/log-likelihood programs would recompile)
+        if (r + 1) % 25 == 0:
+            jax.clear_caches()
+            compiled.clear()
     if bar is not None:
         bar.close()
     if not ranks:

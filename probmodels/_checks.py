@@ -2,7 +2,8 @@
 
 Every check runs on concrete NumPy values when a model is first called (the engines trace every
 model eagerly once before any JAX compilation), so bad input fails with a ValueError naming the
-argument. Under JAX tracing (values are Tracers) the checks step aside and return the value as is.
+argument. Under JAX tracing (values are Tracers: engines pass the data as arguments of their
+compiled programs) the checks step aside but still convert (shape, labels) the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def is_traced(x) -> bool:
 def matrix(X, name: str = "X", *, allow_1d: bool = False) -> np.ndarray:
     """A finite, non-empty float matrix (n, d); a 1-D array becomes (n, 1) if ``allow_1d``."""
     if is_traced(X):
-        return X
+        return X[:, None] if (X.ndim == 1 and allow_1d) else X
     try:
         arr = np.asarray(X, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -56,8 +57,10 @@ def vector(y, n: int, name: str = "y") -> np.ndarray:
 
 def binary_labels(y, n: int, name: str = "y") -> np.ndarray:
     """Labels given as {0, 1}, {-1, +1} or bool, returned as int32 in {0, 1}."""
-    if y is None or is_traced(y):
+    if y is None:
         return y
+    if is_traced(y):
+        return (y > 0).astype("int32")  # the same map for each of the three encodings
     arr = np.asarray(y)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")

@@ -54,11 +54,13 @@ def _inputs(X, y, kernel):
 
 
 def _latent(X, n, kernel):
-    K, _ = gram(kernel, X, name=f"kernel matrix {kernel!r} at X")
+    K, jitter = gram(kernel, X, name=f"kernel matrix {kernel!r} at X")
     # gram has checked K + jitter is positive definite (naming the kernel) when K is concrete;
-    # NumPyro's own check would compile an eigendecomposition at every new shape.
+    # NumPyro's own check would compile an eigendecomposition at every new shape. The jitter
+    # added is kept in the site's infer dict, where engines report it (EP: diagnostics).
+    infer = {} if _checks.is_traced(jitter) else {"kernel_jitter": float(jitter)}
     return numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(n, dtype=K.dtype), covariance_matrix=K,
-                                                       validate_args=False))
+                                                       validate_args=False), infer=infer)
 
 
 def gp_classifier(X, y=None, *, kernel=None, link="probit"):

@@ -160,7 +160,10 @@ def _pair(value, name, default):
         return default
     if is_traced(value):
         return value
-    arr = np.asarray(value, dtype=float)
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a pair of numbers (a, b), got {value!r}") from exc
     location = name == "loc_prior"
     if arr.shape != (2,) or not np.all(np.isfinite(arr)) or arr[1] <= 0 or (not location and arr[0] <= 0):
         what = "(mean, scale > 0)" if location else "two positive numbers"
@@ -170,7 +173,10 @@ def _pair(value, name, default):
 
 def _positive(value, name):
     if not is_traced(value):
-        arr = np.asarray(value, dtype=float)
+        try:
+            arr = np.asarray(value, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a positive finite number, got {value!r}") from exc
         if arr.shape != () or not np.isfinite(arr) or arr <= 0:
             raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return value

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +33,7 @@ import numpy as np
 
 __all__ = [
     "Kernel", "RBF", "Linear", "Polynomial", "Matern", "Constant", "Sum", "Product",
-    "gram", "positive_definite_jitter",
+    "gram", "positive_definite_jitter", "JitterWarning",
 ]  # fmt: skip
 
 
@@ -111,12 +112,24 @@ class Kernel:
     def evaluate(self, x1, x2):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _check_features(self, num_features: int) -> None:
+        """Concrete per-feature (ARD) lengthscales must match the inputs' number of features."""
+        for name in ("k1", "k2"):
+            part = getattr(self, name, None)
+            if isinstance(part, Kernel):
+                part._check_features(num_features)
+        ls = getattr(self, "lengthscale", None)
+        if ls is not None and not _traced(ls) and np.ndim(ls) == 1 and np.size(ls) != num_features:
+            raise ValueError(f"{type(self).__name__}: lengthscale has {np.size(ls)} entries (one per feature) "
+                             f"but the inputs have {num_features} features")
+
     def __call__(self, X1, X2=None):
         """Gram matrix ``(n1, n2)``; 1-D inputs are treated as ``(n, 1)``; ``X2=None`` means X1."""
         X1 = _as_points(X1, "X1")
         X2 = X1 if X2 is None else _as_points(X2, "X2")
         if X1.shape[1] != X2.shape[1]:
             raise ValueError(f"X1 has {X1.shape[1]} features but X2 has {X2.shape[1]}")
+        self._check_features(X1.shape[1])
         if not _is_pytree(self):  # a user subclass not registered as a pytree: evaluate eagerly
             return _gram_matrix.__wrapped__(self, X1, X2)
         return _gram_matrix(self, X1, X2)
@@ -124,6 +137,7 @@ class Kernel:
     def diag(self, X):
         """``k(x_i, x_i)`` for every row, without building the Gram matrix."""
         X = _as_points(X, "X")
+        self._check_features(X.shape[1])
         return _gram_diag(self, X) if _is_pytree(self) else _gram_diag.__wrapped__(self, X)
 
     def __add__(self, other):
@@ -158,12 +172,17 @@ class Kernel:
 
 def _as_points(X, name):
     if not _traced(X) and not isinstance(X, jax.Array):
-        X = np.asarray(X, dtype=float)
+        try:
+            X = np.asarray(X, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a numeric array, got {type(X).__name__}") from exc
     X = jnp.asarray(X)
     if X.ndim == 1:
         X = X[:, None]
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_points, n_features), got shape {X.shape}")
+    if not _traced(X) and not bool(np.all(np.isfinite(np.asarray(X)))):
+        raise ValueError(f"{name} contains NaN or inf")
     return X
 
 
@@ -325,6 +344,11 @@ BASE_JITTER = {np.dtype("float64"): 1e-6, np.dtype("float32"): 1e-4}
 MAX_JITTER = 1e-2
 
 
+class JitterWarning(UserWarning):
+    """A kernel matrix needed more than the base jitter to factorise: it is near-singular in the
+    working precision, so the model's prior is perturbed by more than usual."""
+
+
 def positive_definite_jitter(K, *, name: str = "K", base: float | None = None, maximum: float = MAX_JITTER) -> float:
     """Smallest jitter (relative to the mean diagonal) on the ladder ``base, 10 base, ..., maximum``
     that makes ``K + jitter I`` Cholesky-factorisable; returns the absolute jitter added.
@@ -369,7 +393,10 @@ _GRAM_CACHE_SIZE = 8
 
 
 def _gram_key(kernel, X):
-    """Hashable key of a concrete kernel and concrete inputs (None when anything is traced)."""
+    """Hashable key of a concrete kernel and concrete inputs (None when anything is traced, or
+    for a kernel class not registered as a pytree)."""
+    if not _is_pytree(kernel):  # an unregistered user subclass: its leaf is the object itself,
+        return None  # whose bytes (an address) could be reused by a different kernel
     leaves, treedef = jax.tree_util.tree_flatten(kernel)
     if _traced(X) or any(_traced(v) for v in leaves):
         return None
@@ -380,25 +407,55 @@ def _gram_key(kernel, X):
 
 def gram(kernel: Kernel, X, *, name: str | None = None) -> tuple:
     """``(K + jitter I, jitter)`` for ``K = kernel(X, X)``, with the jitter from
-    :func:`positive_definite_jitter` (or the base jitter when ``K`` is traced).
+    :func:`positive_definite_jitter` (or the base jitter when the inputs or hyperparameters are
+    traced). A jitter escalated above the base is reported by a :class:`JitterWarning`.
 
     Concrete results are cached (the last 8 kernel / input pairs): inference engines run a model
     several times on the same data, and the Gram matrix and its PD check cost O(n^2 p + n^3)."""
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a probmodels.kernels.Kernel, got {type(kernel).__name__}")
-    key = _gram_key(kernel, X)
-    if key is not None and key in _GRAM_CACHE:
-        return _GRAM_CACHE[key]
-    K = kernel(X, X)
+    leaves = jax.tree_util.tree_leaves(kernel)
+    if not (_traced(X) or any(_traced(v) for v in leaves)):
+        key = _gram_key(kernel, X)
+        # Concrete kernel and inputs, also inside an engine's jit trace of the model (data closed
+        # over): evaluate eagerly so that the jitter ladder runs on the actual matrix; traced, the
+        # base jitter would be used however near-singular K is (and the Cholesky would give NaN).
+        with jax.ensure_compile_time_eval():
+            return _concrete_gram(kernel, X, key, name)
+    return _base_jitter(kernel(X, X))
+
+
+def _base_jitter(K):
+    jitter = BASE_JITTER.get(np.dtype(K.dtype), 1e-6) * jnp.mean(jnp.diag(K))
+    return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter
+
+
+def _concrete_gram(kernel, X, key, name):
     label = name or f"kernel matrix of {kernel!r}"
-    if _traced(K):
-        jitter = BASE_JITTER.get(np.dtype(K.dtype), 1e-6) * jnp.mean(jnp.diag(K))
-        return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter
+    if key is not None and key in _GRAM_CACHE:
+        K, jitter = _GRAM_CACHE[key]
+        _report_jitter(K, jitter, label)
+        return K, jitter
+    K = kernel(X, X)
+    if _traced(K):  # an unregistered kernel holding traced attributes
+        return _base_jitter(K)
     jitter = positive_definite_jitter(np.asarray(K), name=label)
     out = (K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter)
     if key is not None:
         if len(_GRAM_CACHE) >= _GRAM_CACHE_SIZE:
             _GRAM_CACHE.pop(next(iter(_GRAM_CACHE)))
         _GRAM_CACHE[key] = out
+    _report_jitter(out[0], jitter, label)
     return out
 
+
+def _report_jitter(K, jitter, label):
+    """Warn (`JitterWarning`) when the jitter had to be escalated above the dtype's base."""
+    base = BASE_JITTER.get(np.dtype(K.dtype), 1e-6)
+    scale = float(np.mean(np.diag(np.asarray(K)))) - jitter
+    if scale > 0 and jitter > 2.0 * base * scale:  # the ladder steps by 10; 2x absorbs float32 round-off
+        warnings.warn(
+            f"{label} is near-singular in {np.dtype(K.dtype).name}: jitter escalated to {jitter / scale:.0e} x "
+            f"mean diagonal (absolute {jitter:.3g}, base {base:.0e}); round-off in the kernel's values does "
+            f"this (e.g. inputs far from the origin, near-duplicate inputs with a long lengthscale); "
+            f"centring / rescaling the inputs or float64 (jax_enable_x64) avoids it", JitterWarning, stacklevel=3)

@@ -188,7 +188,10 @@ def _labels01(y):
 def _check_prob(p, d):
     if not _concrete(p):
         return p
-    pa = np.asarray(p, dtype=float)
+    try:
+        pa = np.asarray(p, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"p_incl: needs a number or array of numbers in (0, 1), got {p!r}") from exc
     if pa.ndim > 1 or (pa.ndim == 1 and pa.shape[0] != d):
         raise ValueError(f"p_incl: needs a scalar or shape ({d},), got shape {pa.shape}")
     if not np.all((pa > 0) & (pa < 1)):
@@ -199,7 +202,10 @@ def _check_prob(p, d):
 def _check_positive(v, name, size):
     if not _concrete(v):
         return v
-    va = np.asarray(v, dtype=float)
+    try:
+        va = np.asarray(v, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: needs a positive number or array of numbers, got {v!r}") from exc
     if va.ndim > 1 or (va.ndim == 1 and va.shape[0] != size):
         raise ValueError(f"{name}: needs a scalar or shape ({size},), got shape {va.shape}")
     if not np.all(np.isfinite(va) & (va > 0)):

@@ -180,7 +180,8 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
         warnings.warn(
             f"Bayes-machine EP did not converge in {diagnostics['iterations']} sweeps (largest site change "
             f"{diagnostics['max_site_change']:.3g} > tol={tol:g}, final damping {float(res.damping):g}); try "
-            f"schedule='sequential' or a larger max_iter", RuntimeWarning, stacklevel=3)
+            f"a smaller damping (e.g. damping={float(res.damping) / 2:g}), schedule='sequential' or a larger "
+            f"max_iter", RuntimeWarning, stacklevel=3)
     log_evidence, method = float(res.log_evidence), "ep"
     if not np.isfinite(log_evidence):
         warnings.warn("Bayes-machine EP's log evidence is not finite at the final state", RuntimeWarning,

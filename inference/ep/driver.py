@@ -68,6 +68,14 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
     ``iterations``, ``max_site_change``, ``num_skipped_updates``, the Gaussian over the
     concatenated latents in ``approximation`` (``mean``, ``cov``) with the site parameters, and a
     predictor (GP latents are conditioned at new inputs, see :mod:`inference.ep.predict`).
+
+    Example:
+        >>> import numpy as np, inference, probmodels
+        >>> X = np.random.default_rng(0).normal(size=(100, 2))
+        >>> y = (X @ np.array([2.0, -1.0]) > 0).astype(int)
+        >>> post = inference.ep(probmodels.probit_regression, X, y, progress=False)
+        >>> post.diagnostics["converged"], post.evidence_method, post.samples["w"].shape
+        (True, 'ep', (1, 1000, 2))
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -85,7 +93,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
     if hook is not None:
         if covariance is not None:
             options["covariance"] = covariance
-        return hook(model, args, kwargs, trace, **options)
+        post = hook(model, args, kwargs, trace, **options)
+        post.diagnostics.update(_kernel_jitter(trace))
+        return post
     if covariance is not None:
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
@@ -123,6 +133,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
         "space": rec.problem.space,
         "site_kinds": dict(rec.site_kinds),
         "sampling_jitter": jitter,
+        **_kernel_jitter(trace),
     }
     approximation = {
         "mean": mean_u, "cov": cov_u,
@@ -149,6 +160,14 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return mean_u, cov_u, log_z, bool(float(change) <= tol)
+
+
+def _kernel_jitter(trace) -> dict:
+    """``{"kernel_jitter": {site: jitter}}`` for GP latents whose model recorded the jitter added to
+    the kernel matrix (`probmodels.kernels.gram`), else ``{}``."""
+    found = {name: float(site["infer"]["kernel_jitter"]) for name, site in trace.items()
+             if site.get("type") == "sample" and "kernel_jitter" in (site.get("infer") or {})}
+    return {"kernel_jitter": found} if found else {}
 
 
 def _iterate(problem, schedule, damping, tol, max_iter, progress):

@@ -28,3 +28,19 @@ def test_docstring_examples_run(name, tmp_path, monkeypatch):
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
                              verbose=False, report=True)
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
+
+
+def test_every_public_name_has_an_example():
+    """Issue: docstrings on every public function with a runnable example (run above)."""
+    import inspect
+
+    import inference
+    import probmodels
+
+    missing = []
+    for pkg in (inference, probmodels):
+        for name in pkg.__all__:
+            obj = getattr(pkg, name)
+            if not inspect.ismodule(obj) and ">>>" not in (inspect.getdoc(obj) or ""):
+                missing.append(f"{pkg.__name__}.{name}")
+    assert not missing, f"public names without a docstring example: {missing}"

@@ -17,8 +17,10 @@ def fits():
     y = (rng.uniform(size=500) < 1 / (1 + np.exp(-X @ w))).astype(int)
     common = dict(seed=0, progress=False)
     return {
-        "mcmc": inference.mcmc(probmodels.logistic_regression, X, y, num_samples=1000, num_warmup=500,
-                               num_chains=2, **common),
+        # 4 x 5000 draws: Monte Carlo error of the reference means ~0.007 SD, small beside the
+        # 0.2 SD tolerance (Laplace's true gap here is 0.19 SD on the largest weight)
+        "mcmc": inference.mcmc(probmodels.logistic_regression, X, y, num_samples=5000, num_warmup=500,
+                               num_chains=4, **common),
         "vi": inference.vi(probmodels.logistic_regression, X, y, guide="mvn", num_samples=2000, **common),
         "laplace": inference.laplace(probmodels.logistic_regression, X, y, num_samples=2000, seed=0),
     }
@@ -28,7 +30,9 @@ def fits():
 def test_means_close_to_nuts(fits, engine):
     ref = fits["mcmc"]
     sd = ref.std("w")
-    assert np.all(np.abs(fits[engine].mean("w") - ref.mean("w")) < 0.2 * sd)
+    # Laplace: the exact mean of its Gaussian (the MAP), free of the Monte Carlo error of its draws
+    mean = fits["laplace"].approximation["loc"] if engine == "laplace" else fits[engine].mean("w")
+    assert np.all(np.abs(mean - ref.mean("w")) < 0.2 * sd), (mean - ref.mean("w")) / sd
 
 
 def test_loo_on_every_engine(fits):
