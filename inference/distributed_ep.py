@@ -11,8 +11,8 @@ NUTS (moment matching) -- on the shard's device, and sets ``g_k = tilted / cavit
 
 Scope: models with one latent site, a real vector with a Gaussian prior (``Normal``/``MVN``),
 and observed sites whose rows are the data rows; every array argument whose first dimension is
-the number of rows is split with them. Several hosts: call ``jax.distributed.initialize()`` first;
-shards are placed round-robin on ``jax.devices()``.
+the number of rows is split with them. Shards are placed round-robin on this process's devices
+(``jax.local_devices()``): one host for now (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
         raise ValueError(f"num_shards={num_shards} exceeds the number of data rows ({n})")
     shards = np.array_split(np.arange(n), num_shards)
     pieces = _split(args, kwargs, n, shards)
-    devices = jax.devices()
+    devices = jax.local_devices()
     placement = [devices[k % len(devices)] for k in range(num_shards)]
 
     d = mean0.size

@@ -23,15 +23,28 @@ import numpy as np
 import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
-from numpyro.infer.util import constrain_fn, initialize_model
+from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.infer import init_to_median
 
-from inference import _model, _options, _special
+from inference import _model, _options, _special, sharding
 from inference.posterior import Posterior
 
 
 class SingularHessianError(ValueError):
-    """The Hessian of the negative log posterior at the mode is not positive definite."""
+    """The Hessian of the negative log posterior at the mode is not positive definite.
+
+    Example (a flat direction: only the sum ``a + b`` is identified):
+        >>> import numpy as np, numpyro, numpyro.distributions as dist, inference
+        >>> def model(y):
+        ...     a = numpyro.sample("a", dist.ImproperUniform(dist.constraints.real, (), ()))
+        ...     b = numpyro.sample("b", dist.ImproperUniform(dist.constraints.real, (), ()))
+        ...     numpyro.sample("y", dist.Normal(a + b, 1.0), obs=y)
+        >>> try:
+        ...     inference.laplace(model, np.zeros(5))
+        ... except inference.SingularHessianError as err:
+        ...     print("singular:", "['a', 'b']" in str(err))
+        singular: True
+    """
 
 
 class MapState(NamedTuple):
@@ -51,11 +64,15 @@ def laplace(
     seed: int = 0,
     progress: bool | None = None,
     model_kwargs: dict | None = None,
+    shard_data=False,
     **kwargs,
 ) -> Posterior:
     """Gaussian approximation at the posterior mode of ``model(*args, **kwargs)``.
 
     ``tol`` is the gradient-norm tolerance of the mode search; ``max_iter`` caps L-BFGS iterations.
+    ``shard_data``: ``True`` (all devices) or a `jax.sharding.Mesh` splits the data rows over
+    devices for the mode search and the Hessian (see `inference.sharding`; same result as one
+    device up to summation order).
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -70,6 +87,7 @@ def laplace(
     seed = _options.seed(seed)
     _options.progress(progress)
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    mesh = sharding.resolve_mesh(shard_data)
     trace = _model.trace_model(model, args, kwargs, seed)
     latent = _model.latent_sites(trace)
     if not latent:
@@ -90,9 +108,14 @@ def laplace(
         init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_median(num_samples=15)),
     )
     x0, unravel = ravel_pytree(info.z)
-    U = lambda x: potential_fn(unravel(x))  # noqa: E731
-    x, grad_norm, iters = _find_mode(U, x0, max_iter, tol)
-    x, H, newton_ok = _newton_polish(U, x)
+    if mesh is None:  # the data stay closed-over constants
+        data = None
+        U = lambda x, data: potential_fn(unravel(x))  # noqa: E731
+    else:  # the sharded data cross the jit boundary as arguments: GSPMD splits the likelihood by rows
+        data = sharding.prepare(model, args, kwargs, trace, mesh)
+        U = lambda x, data: potential_energy(model, *sharding.merge_data(args, kwargs, data), unravel(x))  # noqa: E731
+    x, grad_norm, iters = _find_mode(U, x0, max_iter, tol, data)
+    x, H, newton_ok = _newton_polish(U, x, data)
     if not np.all(np.isfinite(H)):
         raise SingularHessianError(
             f"the Hessian at the mode is not finite (sites {latent}): the posterior may be improper "
@@ -111,13 +134,13 @@ def laplace(
     chol = np.linalg.cholesky(H)
     d = x.shape[0]
     logdet_h = 2.0 * np.sum(np.log(np.diag(chol)))
-    u_star = float(U(jnp.asarray(x)))
+    u_star = float(U(jnp.asarray(x), data))
     log_evidence = -u_star + 0.5 * d * np.log(2 * np.pi) - 0.5 * logdet_h
 
     eps = np.asarray(jax.random.normal(jax.random.fold_in(key, 3), (num_samples, d), dtype=x.dtype))
     draws = x + np.linalg.solve(chol.T, eps.T).T  # cov = H^-1
     log_q = -0.5 * np.sum(eps**2, axis=1) - 0.5 * d * np.log(2 * np.pi) + 0.5 * logdet_h
-    lp = -np.asarray(jax.jit(jax.vmap(U))(jnp.asarray(draws)))
+    lp = -np.asarray(jax.jit(jax.vmap(U, in_axes=(0, None)))(jnp.asarray(draws), data))
     constrain = jax.jit(jax.vmap(lambda z: constrain_fn(model, args, kwargs, unravel(z))))
     flat = {k: v for k, v in constrain(jnp.asarray(draws)).items() if k in latent}
     samples, loglik, observed = _model.finish_samples(
@@ -129,6 +152,8 @@ def laplace(
         "min_eigenvalue": float(evals[0]), "condition_number": float(evals[-1] / evals[0]),
         "dimension": int(d),
     }
+    if mesh is not None:
+        diagnostics.update(sharding.diagnostics(mesh))
     post = Posterior(
         engine="laplace", samples=samples, log_likelihood=loglik, observed_data=observed,
         sample_stats={"lp": lp[None], "log_q": log_q[None]}, log_evidence=float(log_evidence),
@@ -139,8 +164,17 @@ def laplace(
     return _model.postprocess(model, post)
 
 
-def _find_mode(U, x0, max_iter, tol):
-    """L-BFGS with a zoom line search under ``lax.while_loop``."""
+def _find_mode(U, x0, max_iter, tol, data=None):
+    """L-BFGS with a zoom line search under ``lax.while_loop``; ``U(x, data)``, with ``data``
+    (None, or the sharded row arrays) an argument of the compiled loop."""
+    s = jax.jit(lambda x, data: _mode_loop(lambda z: U(z, data), x, max_iter, tol))(x0, data)
+    if not np.isfinite(float(s.value)):
+        raise FloatingPointError("the log posterior became non-finite during the mode search")
+    return np.asarray(s.x), float(s.grad_norm), int(s.iteration)
+
+
+def _mode_loop(U, x0, max_iter, tol):
+    """The L-BFGS loop itself (traced): ``U(x)`` is the potential."""
     opt = optax.lbfgs()
     value_and_grad = optax.value_and_grad_from_state(U)
 
@@ -150,7 +184,7 @@ def _find_mode(U, x0, max_iter, tol):
 
     # In float32 a gradient norm of 1e-8 is below round-off: stop at what the dtype can resolve
     # (relative to the size of the objective) and let the Newton polish finish.
-    floor = float(np.sqrt(np.finfo(np.asarray(x0).dtype).eps))
+    floor = float(np.sqrt(np.finfo(x0.dtype).eps))
 
     def cond(s):
         gtol = jnp.maximum(tol, floor * jnp.maximum(1.0, jnp.abs(s.value))) if floor > 1e-7 else tol
@@ -163,13 +197,10 @@ def _find_mode(U, x0, max_iter, tol):
         v_new, g_new = jax.value_and_grad(U)(x)
         return MapState(x, v_new, jnp.linalg.norm(g_new), opt_state, s.iteration + 1)
 
-    s = jax.jit(lambda x: lax.while_loop(cond, step, init(x)))(x0)
-    if not np.isfinite(float(s.value)):
-        raise FloatingPointError("the log posterior became non-finite during the mode search")
-    return np.asarray(s.x), float(s.grad_norm), int(s.iteration)
+    return lax.while_loop(cond, step, init(x0))
 
 
-def _newton_polish(U, x, steps: int = 5):
+def _newton_polish(U, x, data=None, steps: int = 5):
     """A few Newton steps from the L-BFGS mode; exact in one step for a Gaussian posterior.
 
     Converged when the Newton decrement ``g' H^-1 g / 2`` (the predicted gain in log density) is
@@ -177,26 +208,27 @@ def _newton_polish(U, x, steps: int = 5):
     """
     hess = jax.jit(jax.hessian(U))
     grad = jax.jit(jax.grad(U))
+    value = lambda z: U(z, data)  # noqa: E731
     eps = float(np.finfo(np.asarray(x).dtype).eps)
     ok = False
     for _ in range(steps):
-        H = np.asarray(hess(jnp.asarray(x)))
-        g = np.asarray(grad(jnp.asarray(x)))
+        H = np.asarray(hess(jnp.asarray(x), data))
+        g = np.asarray(grad(jnp.asarray(x), data))
         try:
             chol = np.linalg.cholesky(0.5 * (H + H.T))
         except np.linalg.LinAlgError:
             return x, H, False
         delta = np.linalg.solve(chol.T, np.linalg.solve(chol, g))
-        u_old = float(U(jnp.asarray(x)))
+        u_old = float(value(jnp.asarray(x)))
         if 0.5 * float(g @ delta) <= 10 * eps * max(1.0, abs(u_old)):
             ok = True
             break
         x_new = (x - delta).astype(x.dtype)
-        u_new = float(U(jnp.asarray(x_new)))
+        u_new = float(value(jnp.asarray(x_new)))
         if not np.isfinite(u_new) or u_new > u_old + 10 * eps * max(1.0, abs(u_old)):
             break
         x = x_new
-    return x, np.asarray(hess(jnp.asarray(x))), ok
+    return x, np.asarray(hess(jnp.asarray(x), data)), ok
 
 
 def _sites_of(direction, unravel, d):
