@@ -90,8 +90,19 @@ def recovered_site_names(model, args, kwargs, trace=None) -> list[str]:
 
     def compute():
         plain = trace if trace is not None else trace_model(model, args, kwargs)
-        with_rec = trace_model(model, args, kwargs, recover=True)
-        return [n for n, s in with_rec.items() if s["type"] == "deterministic" and n not in plain]
+        names = []
+
+        def abstract():  # names only: an abstract trace, nothing runs or compiles
+            with recovering(), handlers.seed(rng_seed=0):
+                tr = handlers.trace(model).get_trace(*args, **kwargs)
+            names.extend(n for n, s in tr.items() if s["type"] == "deterministic")
+
+        try:
+            jax.eval_shape(abstract)
+        except Exception:  # noqa: BLE001 - e.g. an ImproperUniform site: trace eagerly instead
+            names[:] = [n for n, s in trace_model(model, args, kwargs, recover=True).items()
+                        if s["type"] == "deterministic"]
+        return [n for n in names if n not in plain]
 
     return compiled.memo("recovered-names", model, args, kwargs, compute)
 

@@ -71,8 +71,9 @@ def _build(model, options):
             from jax.sharding import Mesh, PartitionSpec
 
             mesh = Mesh(np.array(jax.local_devices()[:num_chains]), ("chain",))
-            per_device = lambda arrays, keys, init: jax.vmap(one_chain, in_axes=(None, 0, None))(  # noqa: E731
-                arrays, keys, init)
+            def per_device(arrays, keys, init):  # the local block holds one chain: no vmap
+                return jax.tree.map(lambda x: x[None], one_chain(arrays, keys[0], init))
+
             return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("chain"), PartitionSpec()),
                                          out_specs=PartitionSpec("chain"), check_vma=False))
         if method == "vectorized":

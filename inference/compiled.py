@@ -10,8 +10,8 @@ runs without tracing or compiling.
 
 A model may treat concrete and traced inputs differently: input checks that convert data (labels
 {-1, +1} to {0, 1}, NaN padding to a mask) step aside under tracing, and NumPy on an input fails.
-So before a structure's first compilation its log joint at the model's own trace is computed both
-ways; unless the two agree, that structure keeps its data as constants (compiled per call, as a
+So before a structure's first compilation its log joint at a draw from the model is computed with
+the data as constants and as arguments; unless the two agree, that structure keeps its data as constants (compiled per call, as a
 plain NumPyro engine does).
 
 Example:
@@ -124,26 +124,34 @@ def traceable(model, args: tuple, kwargs: dict) -> bool:
 
     def compute():
         from numpyro import handlers
+        from numpyro.infer import init_to_uniform
         from numpyro.infer.util import log_density
 
         sp = split(args, kwargs)
         if not sp.arrays:
             return True
+
+        def draw():  # compiled, not eager: op-by-op dispatch compiles every primitive anew
+            seeded = handlers.seed(model, rng_seed=0)
+            try:
+                trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+            except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
+                sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
+                trace = handlers.trace(sub).get_trace(*args, **kwargs)
+            return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+
+        def traced(arrays, p):
+            a, kw = sp.rebuild(arrays)
+            return log_density(model, a, kw, p)[0]
+
         try:
-            with handlers.seed(rng_seed=0):
-                trace = handlers.trace(model).get_trace(*args, **kwargs)
-            params = {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-            eager = np.asarray(log_density(model, args, kwargs, params)[0])
-
-            def traced(arrays, p):
-                a, kw = sp.rebuild(arrays)
-                return log_density(model, a, kw, p)[0]
-
+            params = jax.jit(draw)()
+            concrete = np.asarray(jax.jit(lambda p: log_density(model, args, kwargs, p)[0])(params))
             lazy = np.asarray(jax.jit(traced)(sp.arrays, params))
         except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
             return False
-        rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # eager and fused rounding differ
-        return bool(np.allclose(eager, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
+        rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
+        return bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
 
     return memo("traceable", model, args, kwargs, compute)
 
