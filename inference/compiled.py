@@ -140,14 +140,13 @@ def traceable(model, args: tuple, kwargs: dict) -> bool:
                 trace = handlers.trace(sub).get_trace(*args, **kwargs)
             return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
 
-        def traced(arrays, p):
+        def both(arrays):  # one program: a draw, then its log joint with constant and traced data
+            p = draw()
             a, kw = sp.rebuild(arrays)
-            return log_density(model, a, kw, p)[0]
+            return log_density(model, args, kwargs, p)[0], log_density(model, a, kw, p)[0]
 
         try:
-            params = jax.jit(draw)()
-            concrete = np.asarray(jax.jit(lambda p: log_density(model, args, kwargs, p)[0])(params))
-            lazy = np.asarray(jax.jit(traced)(sp.arrays, params))
+            concrete, lazy = (np.asarray(v) for v in jax.jit(both)(sp.arrays))
         except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
             return False
         rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs

@@ -142,34 +142,10 @@ def shard_model_args(args: tuple, kwargs: dict, n: int, mesh: Mesh | None = None
     return args, kwargs
 
 
-def check_traced_density(log_density_fn, concrete_args: tuple, concrete_kwargs: dict,
-                         data: ShardedData, params) -> None:
-    """Raise if the model's log density with the data passed as traced (sharded) arrays differs from
-    the one with concrete data: a model that converts its data eagerly (e.g. labels {-1, +1} to
-    {0, 1}, skipped under tracing) would otherwise be fitted to different data, silently."""
-
-    def traced(d):
-        a, kw = merge_data(concrete_args, concrete_kwargs, d)
-        return log_density_fn(a, kw, params)
-
-    try:
-        lp_traced = float(jax.jit(traced)(data))
-    except Exception as exc:  # a model that cannot run on traced data
-        raise ValueError(f"shard_data: the model fails when its data are traced arrays ({exc}); use "
-                         "shard_data=False") from exc
-    lp = float(log_density_fn(concrete_args, concrete_kwargs, params))
-    rtol = 1e-6 if jax.numpy.result_type(float) == np.float64 else 1e-3  # summation order differs
-    if not np.isclose(lp_traced, lp, rtol=rtol, atol=rtol):
-        raise ValueError(
-            f"shard_data: the model's log density with sharded data ({lp_traced:.8g}) differs from the one "
-            f"with the data as given ({lp:.8g}); the model converts its data eagerly (e.g. labels "
-            "{-1, +1} to {0, 1}): pass the data already in the model's form, or use shard_data=False")
-
-
 def prepare(model, args: tuple, kwargs: dict, trace, mesh: Mesh) -> ShardedData:
     """For an engine: the model's row arrays placed on ``mesh``, checked to give the same log
     density traced as concrete. Runs before the engine compiles anything."""
-    from numpyro.infer.util import log_density
+    from inference import compiled
 
     observed = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and s["is_observed"]}
     n = data_rows(observed)
@@ -177,8 +153,11 @@ def prepare(model, args: tuple, kwargs: dict, trace, mesh: Mesh) -> ShardedData:
     if not data.args and not data.kwargs:
         raise ValueError(f"shard_data: no model argument has the {n} data rows as leading dimension")
     placed = place_data(data, mesh, positional_names(model))
-    params = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-    check_traced_density(lambda a, kw, p: log_density(model, a, kw, p)[0], args, kwargs, placed, params)
+    if not compiled.traceable(model, args, kwargs):  # the model must see the same data traced
+        raise ValueError(
+            "shard_data: the model's log density with its data traced differs from the one with the "
+            "data as given (or fails); the model converts its data eagerly (e.g. labels {-1, +1} to "
+            "{0, 1}): pass the data already in the model's form, or use shard_data=False")
     return placed
 
 
