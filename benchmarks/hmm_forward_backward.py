@@ -13,15 +13,26 @@ and computes the log likelihood and the smoothed marginals p(z_t | x) (T, K), in
 - dynamax: ``hmm_smoother`` (sequential) and ``parallel_hmm_smoother``, jitted; both also return
   filtered probabilities and transition statistics, so they are compared with our ``smoother``.
 
+One batched row (``--batch B,T,K``, default 100 sequences of lengths drawn in [T/2, T], T = 1000,
+K = 10) pads the sequences to T: ours takes the (B, T, K) array with ``lengths``, hmmlearn's
+kernels run sequence by sequence on the true lengths (as its ``score_samples`` does), dynamax's
+smoothers are ``vmap``-ed over the padded array with zero log likelihoods in the padding (which
+leaves every real step's marginals and the log likelihood unchanged). Marginals are compared on
+the real steps only.
+
 JAX functions are compiled first (compile time reported separately), then timed: the best of up
-to three runs (one run once a run takes over 5 s), because the 2-core machine is shared; ratios are peer time / our time (> 1: ours faster): hmmlearn
-against ``forward_backward``, dynamax against ``smoother`` (sequential with sequential, parallel
-with parallel). Marginals are
-checked against ours (max abs difference) so a fast wrong answer cannot win.
+to three runs (one run once a run takes over 5 s), because the 2-core machine is shared. Ratios
+are peer time / our time (> 1: ours faster): hmmlearn against ``forward_backward``, dynamax
+against ``smoother`` (sequential with sequential, parallel with parallel). Marginals are checked
+against ours (max abs difference) and log likelihoods to 1e-8 relative (a WARNING line if not),
+so a fast wrong answer cannot win.
 
-Reproduce (bench extra installed: ``pip install -e '.[bench]'``):
+Reproduce (bench extra installed: ``pip install -e '.[bench]'``; the parallel columns' compiles
+take minutes beyond T = 1e3, so the long rows are run without them):
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hmm_forward_backward.py --out benchmarks/results/hmm.md
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hmm_forward_backward.py --steps 1000
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/hmm_forward_backward.py --steps 100000,1000000 \
+        --max-parallel-work 0 --batch ''
 """
 
 from __future__ import annotations
@@ -54,6 +65,17 @@ def problem(num_steps: int, k: int, seed: int = 0):
     return init, trans, log_emission
 
 
+def batch_problem(batch: int, num_steps: int, k: int, seed: int = 1):
+    """B sequences padded to ``num_steps`` (lengths uniform in [T/2, T]); padding holds zeros."""
+    init, trans, _ = problem(1, k, seed)
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(num_steps // 2, num_steps + 1, size=batch)
+    lengths[0] = num_steps
+    log_emission = rng.normal(scale=2.0, size=(batch, num_steps, k))
+    log_emission[np.arange(num_steps)[None, :] >= lengths[:, None]] = 0.0
+    return init, trans, log_emission, lengths
+
+
 REPEATS = 3  # best of up to 3 runs (fewer when one run takes > 5 s): the machine is shared
 
 
@@ -69,45 +91,57 @@ def timed(fn, *args, repeats=None):
     return best, out
 
 
-def run_ours(init, trans, le, parallel, fn=None):
+def run_ours(init, trans, le, lengths, parallel, fn=None):
     fn = fn or hmm.forward_backward
     li, lt = np.log(init), np.log(trans)
-    compile_s, _ = timed(lambda: fn(li, lt, le, parallel=parallel), repeats=1)
-    run_s, out = timed(lambda: fn(li, lt, le, parallel=parallel))
-    return run_s, compile_s - run_s, float(out[0]), np.asarray(out[1])
+    compile_s, _ = timed(lambda: fn(li, lt, le, parallel=parallel, lengths=lengths), repeats=1)
+    run_s, out = timed(lambda: fn(li, lt, le, parallel=parallel, lengths=lengths))
+    return run_s, compile_s - run_s, np.asarray(out[0]), np.asarray(out[1])
 
 
-def run_hmmlearn(init, trans, le, implementation):
+def run_hmmlearn(init, trans, le, lengths, implementation):
     from hmmlearn import _hmmc
     from hmmlearn.utils import log_normalize, normalize
 
-    def log_impl():
-        ll, fwd = _hmmc.forward_log(init, trans, le)
-        bwd = _hmmc.backward_log(init, trans, le)
+    def log_impl(x):
+        ll, fwd = _hmmc.forward_log(init, trans, x)
+        bwd = _hmmc.backward_log(init, trans, x)
         g = fwd + bwd
         log_normalize(g, axis=1)
         return ll, np.exp(g)
 
-    def scaling_impl():
-        frame = np.exp(le)
+    def scaling_impl(x):
+        frame = np.exp(x)
         ll, fwd, scale = _hmmc.forward_scaling(init, trans, frame)
         bwd = _hmmc.backward_scaling(init, trans, frame, scale)
         g = fwd * bwd
         normalize(g, axis=1)
         return ll, g
 
-    run_s, (ll, marg) = timed(log_impl if implementation == "log" else scaling_impl)
-    return run_s, 0.0, float(ll), marg
+    impl = log_impl if implementation == "log" else scaling_impl
+    if lengths is None:
+        run_s, (ll, marg) = timed(lambda: impl(le))
+        return run_s, 0.0, float(ll), marg
+
+    def batch():  # sequence by sequence on the true lengths, as score_samples(X, lengths) does
+        lls, marg = np.zeros(len(lengths)), np.zeros_like(le)
+        for b, n in enumerate(lengths):
+            lls[b], marg[b, :n] = impl(np.ascontiguousarray(le[b, :n]))
+        return lls, marg
+
+    run_s, (ll, marg) = timed(batch)
+    return run_s, 0.0, ll, marg
 
 
-def run_dynamax(init, trans, le, parallel):
+def run_dynamax(init, trans, le, lengths, parallel):
     from dynamax.hidden_markov_model import hmm_smoother, parallel_hmm_smoother
 
-    fn = jax.jit(parallel_hmm_smoother if parallel else hmm_smoother)
+    fn = parallel_hmm_smoother if parallel else hmm_smoother
+    fn = jax.jit(fn if lengths is None else jax.vmap(fn, in_axes=(None, None, 0)))  # padding: zeros
     args = (jax.numpy.asarray(init), jax.numpy.asarray(trans), jax.numpy.asarray(le))
     compile_s, _ = timed(fn, *args, repeats=1)
     run_s, post = timed(fn, *args)
-    return run_s, compile_s - run_s, float(post.marginal_loglik), np.asarray(post.smoothed_probs)
+    return run_s, compile_s - run_s, np.asarray(post.marginal_loglik), np.asarray(post.smoothed_probs)
 
 
 def main():
@@ -118,6 +152,8 @@ def main():
     parser.add_argument("--max-log-work", type=float, default=2e8,
                         help="largest T K^2 run with hmmlearn's log-space kernels (K^2 exp/log per step: "
                              "about a minute at T = 1e6, K = 50)")
+    parser.add_argument("--batch", default="100,1000,10",
+                        help="B,T,K of the padded-batch row ('' to skip): B sequences, lengths in [T/2, T]")
     parser.add_argument("--out", default=None, help="write the markdown table here too")
     args = parser.parse_args()
     import dynamax
@@ -140,33 +176,43 @@ def main():
     rows = ["| T | K | " + " | ".join(c[0] for c in columns) + " | max abs diff of marginals vs ours |",
             "|---" * (len(columns) + 3) + "|"]
     print(header, flush=True)
-    for num_steps in [int(float(s)) for s in args.steps.split(",")]:
-        for k in [int(s) for s in args.states.split(",")]:
-            init, trans, le = problem(num_steps, k)
-            small = num_steps * k**3 <= args.max_parallel_work
-            results = {}
-            for name, runner, _ in columns:
-                if "parallel" in name and not small:
-                    continue
-                if name == "hmmlearn log" and num_steps * k**2 > args.max_log_work:
-                    continue
-                results[name] = runner(init, trans, le)
-            _, _, ref_ll, ref_m = results["ours fb"]
-            cells, diffs = [], []
-            for name, _, ref in columns:
-                if name not in results:
-                    work = f"T K^2 = {num_steps * k**2:.0e}" if name == "hmmlearn log" else f"T K^3 = {num_steps * k**3:.0e}"
-                    cells.append(f"skipped ({work})")
-                    continue
-                s, c, ll, m = results[name]
-                diffs.append(float(np.max(np.abs(m - ref_m))))
-                if not np.isclose(ll, ref_ll, rtol=1e-8):
-                    print(f"  WARNING {name}: log likelihood {ll} vs ours {ref_ll}")
-                ratio = f", x{s / results[ref][0]:.2f}" if ref in results else ""
-                compile_note = f" [{c:.1f}]" if c > 0.05 else ""
-                cells.append(f"{s:.4f}{compile_note}{ratio}")
-            rows.append(f"| {num_steps:.0e} | {k} | " + " | ".join(cells) + f" | {max(diffs):.1e} |")
-            print(rows[-1], flush=True)
+    def cases():  # built one at a time (T = 1e6, K = 50 is 400 MB)
+        for t in [int(float(s)) for s in args.steps.split(",")]:
+            for k in [int(s) for s in args.states.split(",")]:
+                yield f"{t:.0e}", k, *problem(t, k), None
+        if args.batch:
+            nb, tb, kb = (int(float(s)) for s in args.batch.split(","))
+            yield f"B = {nb} x T <= {tb:.0e}", kb, *batch_problem(nb, tb, kb)
+
+    for label, k, init, trans, le, lengths in cases():
+        num_steps = le.shape[-2] * (1 if le.ndim == 2 else le.shape[0])
+        real = (np.ones(le.shape[:-1], bool) if lengths is None
+                else np.arange(le.shape[-2])[None, :] < lengths[:, None])
+        small = num_steps * k**3 <= args.max_parallel_work
+        results = {}
+        for name, runner, _ in columns:
+            if "parallel" in name and not small:
+                continue
+            if name == "hmmlearn log" and num_steps * k**2 > args.max_log_work:
+                continue
+            results[name] = runner(init, trans, le, lengths)
+        _, _, ref_ll, ref_m = results["ours fb"]
+        cells, diffs = [], []
+        for name, _, ref in columns:
+            if name not in results:
+                work = (f"T K^2 = {num_steps * k**2:.0e}" if name == "hmmlearn log"
+                        else f"T K^3 = {num_steps * k**3:.0e}")
+                cells.append(f"skipped ({work})")
+                continue
+            s, c, ll, m = results[name]
+            diffs.append(float(np.max(np.abs(m - ref_m)[real])))
+            if not np.allclose(ll, ref_ll, rtol=1e-8):
+                print(f"  WARNING {name}: log likelihood {ll} vs ours {ref_ll}")
+            ratio = f", x{s / results[ref][0]:.2f}" if ref in results else ""
+            compile_note = f" [{c:.1f}]" if c > 0.05 else ""
+            cells.append(f"{s:.4f}{compile_note}{ratio}")
+        rows.append(f"| {label} | {k} | " + " | ".join(cells) + f" | {max(diffs):.1e} |")
+        print(rows[-1], flush=True)
     table = "\n".join([header, "", *rows])
     if args.out:
         with open(args.out, "w") as fh:

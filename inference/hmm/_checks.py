@@ -100,7 +100,10 @@ def check_positive_int(value, name: str, minimum: int = 1) -> int:
 
 def step_mask(lengths, num_steps: int):
     """Boolean (…, T) mask, True where a step belongs to the sequence (None -> all True)."""
-    steps = jnp.arange(num_steps)
     if lengths is None:
-        return jnp.ones((num_steps,), dtype=bool)
-    return steps < jnp.asarray(lengths)[..., None]
+        return np.ones((num_steps,), dtype=bool)
+    if is_traced(lengths):
+        return jnp.arange(num_steps) < jnp.asarray(lengths)[..., None]
+    # concrete lengths: a host array, moved with the other arguments by the jitted call (separate
+    # jnp ops here cost a dispatch each, which dominated short sequences)
+    return np.arange(num_steps) < np.asarray(lengths)[..., None]

@@ -32,7 +32,7 @@ from jax import lax
 from jax.scipy.special import gammaln
 
 from inference.hmm import _checks
-from inference.hmm.forward_backward import over_batch, smooth_one, transition_counts
+from inference.hmm.forward_backward import _run
 
 EMISSIONS = ("gaussian", "categorical", "poisson")
 EMISSION_PARAMS = {"gaussian": ("locs", "scales"), "categorical": ("probs",), "poisson": ("rates",)}
@@ -87,13 +87,9 @@ def _e_step(params, obs, mask, emission):
     log_init, log_trans = jnp.log(params["init"]), jnp.log(params["trans"])
     le = emission_log_likelihood(obs, emission, params)
 
-    def one(le_b, m_b):
-        lf, norms, lb, log_gamma = smooth_one(log_init, log_trans, le_b, m_b)
-        gamma = jnp.exp(log_gamma) * m_b[:, None]
-        return jnp.sum(norms), gamma, transition_counts(lf, lb, log_trans, le_b, m_b)
-
-    ll, gamma, counts = over_batch(one, le, mask)
-    return ll.sum(), gamma, counts.sum(0)
+    # the fused scaled passes (exact log-space fallback on underflow), batched (B, T, K)
+    sm = _run(log_init, log_trans, le, mask, what="smooth", parallel=False)
+    return sm.log_likelihood.sum(), sm.marginals * mask[..., None], sm.transition_counts.sum(0)
 
 
 def _m_step(params, obs, mask, gamma, counts, emission, num_categories, min_scale):

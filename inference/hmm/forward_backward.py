@@ -6,20 +6,27 @@ An HMM is three arrays (as in dynamax): ``log_init`` (K,) = log p(z_0), ``log_tr
 
 The sequential passes use Bishop's scaling: messages are renormalised every step and each step's
 emission likelihoods are shifted by their maximum (exp(le_t - max le_t), computed for all steps
-at once outside the loop), so the loop body is a matvec, a product and a sum. If a normaliser
-falls below tiny / eps (1e-292 in float64; e.g. an observation that only a state unreachable from
-the current ones explains, 700+ nats better than the others), that pass is redone exactly in log
-space (full logsumexp, K^2 exponentials per step) under ``lax.cond``; results are never silently
-degraded. The loop is a ``lax.scan``;
+at once outside the loop), so the loop body is a matvec, a product and a sum. The public functions
+run one fused scan per direction in probability space: the forward scan emits the filtered
+marginals and the per-step normalisers, the backward scan combines each backward message with the
+filter as it goes and emits the smoothed marginals (and, for :func:`smoother` /
+:func:`pairwise_marginals`, the factors of the pairwise marginals, whose sum over time is one
+(K, T) x (T, K) contraction; (T, K, K) is only built when asked for). If a normaliser falls
+below tiny / eps (1e-292 in float64; e.g. an observation that only a state unreachable from the
+current ones explains, 700+ nats better than the others), checked once on the (T,) normalisers
+and overlaps, the result is recomputed exactly in log space (full logsumexp, K^2 exponentials per
+step) under ``lax.cond``; results are never silently degraded. The loops are ``lax.scan``;
 ``parallel=True`` selects the associative-scan version of :mod:`inference.hmm.parallel` (O(log T)
 depth, O(T K^3) work: for accelerators and small K) with the same signature and result types.
 
 Batches: ``log_emission`` may be (B, T, K) for B sequences padded to a common length T, with
 ``lengths`` (B,) giving each true length. Steps past a sequence's end use the identity transition
 and no emission, so they change nothing (padded marginals repeat the last step). A missing
-observation *inside* a sequence is a row of zeros in ``log_emission``. Under ``vmap`` the
-underflow fallbacks' ``lax.cond`` becomes a select that runs both branches, so a batch of B > 1
-sequences always pays for the exact log-space passes too (a batch of one runs unbatched).
+observation *inside* a sequence is a row of zeros in ``log_emission``. A batch runs the fused
+scaled passes under ``vmap``; the exact log-space passes run (outside ``vmap``) only if some
+sequence underflowed, and only that sequence takes their results. (``forward_pass`` /
+``backward_pass`` / ``smooth_one`` below, used by sampling and the parallel driver, are the
+unfused log-space-output versions.)
 
 Example:
     >>> import jax.numpy as jnp
@@ -287,14 +294,148 @@ def sequence_log_likelihood(log_init, log_trans, log_emission, mask):
     return jnp.sum(_forward_exact(log_init, log_trans, log_emission, mask)[1])
 
 
+# ----------------------------------------------------------------------------- fused fast path
+class _Fused(NamedTuple):
+    """Outputs of the fused scans. ``pair_right[t]`` (t < T-1) = w_{t+1} b_{t+1} / (s_t z_t), so
+    that p(z_t = i, z_{t+1} = j | x) = filtered[t, i] A_ij pair_right[t, j] (0 where step t+1 is
+    padding, and at t = T-1); None unless asked for."""
+
+    log_norms: jax.Array
+    filtered: jax.Array
+    marginals: jax.Array
+    pair_right: jax.Array | None
+
+
+def _fused_forward(log_init, log_trans, w, shift, mask):
+    """Scaled filter over all T steps in probability space (no log-space copies of (T, K) arrays).
+
+    The carry is the predictive p(z_t | x_{0:t-1}); a padded step keeps the previous filter (its
+    prediction is that filter and its emission is ignored). Returns filtered (T, K), log_norms (T,)
+    and ``ok``: every normaliser >= ``small`` (one cheap check on (T,) numbers)."""
+    trans = jnp.exp(log_trans)
+    keep_next = jnp.concatenate([mask[1:], jnp.zeros((1,), bool)])
+
+    def step(p, inputs):
+        w_t, keep, keep_nxt = inputs
+        x = jnp.where(keep, p * w_t, p)
+        c = jnp.sum(x)
+        a = x / jnp.where(c > 0, c, 1.0)
+        p_next = jnp.where(keep_nxt, a @ trans, a)
+        return p_next, (a, jnp.where(keep, c, 1.0))
+
+    _, (filtered, c) = lax.scan(step, jnp.exp(log_init), (w, mask, keep_next), unroll=UNROLL)
+    log_norms = jnp.where(mask, jnp.log(c) + shift, 0.0)
+    return filtered, log_norms, jnp.all(c >= small(c.dtype))
+
+
+def _fused_backward(log_trans, w, filtered, mask, pairs: bool):
+    """Backward scan that combines each backward message with the filter as it goes: emits the
+    smoothed marginals (T, K) directly (and ``pair_right`` when ``pairs``). ``ok`` is False if a
+    backward normaliser s_t or a filter/backward overlap z_t fell below ``small``."""
+    trans = jnp.exp(log_trans)
+    k = w.shape[-1]
+
+    def step(carry, inputs):
+        b, right_next, lowest = carry  # b: normalised backward message of step t
+        w_t, keep, a_t = inputs
+        g = a_t * b
+        z = jnp.sum(g)
+        inv_z = 1.0 / jnp.where(z > 0, z, 1.0)
+        v = w_t * b
+        bu = trans @ v  # backward message of step t-1, before normalising
+        s = jnp.sum(bu)
+        inv_s = 1.0 / jnp.where(s > 0, s, 1.0)
+        b_prev = jnp.where(keep, bu * inv_s, b)
+        lowest = jnp.minimum(lowest, jnp.minimum(z, jnp.where(keep, s, 1.0)))
+        if pairs:
+            right = jnp.where(keep, v * inv_s, 0.0)
+            return (b_prev, right, lowest), (g * inv_z, right_next * inv_z)
+        return (b_prev, right_next, lowest), g * inv_z
+
+    zeros = jnp.zeros((k,), w.dtype)
+    init = (jnp.ones((k,), w.dtype), zeros, jnp.ones((), w.dtype))
+    keep = mask.at[0].set(False)  # step 0's "previous" backward message is never used
+    (_, _, lowest), out = lax.scan(step, init, (w, keep, filtered), reverse=True, unroll=UNROLL)
+    ok = lowest >= small(w.dtype)
+    return (out[0], out[1], ok) if pairs else (out, None, ok)
+
+
+def _fused_one(log_init, log_trans, log_emission, mask, backward: bool, pairs: bool):
+    """Fast path for one sequence: (_Fused, ok): one scan per direction, scaled probabilities."""
+    w, shift = _scaled_emissions(log_emission)
+    filtered, log_norms, ok = _fused_forward(log_init, log_trans, w, shift, mask)
+    if not backward:
+        return _Fused(log_norms, filtered, filtered, None), ok
+    marginals, right, ok_b = _fused_backward(log_trans, w, filtered, mask, pairs)
+    return _Fused(log_norms, filtered, marginals, right), ok & ok_b
+
+
+def _fast_pairwise(log_trans, fused):
+    """p(z_t = i, z_{t+1} = j | x) (T-1, K, K) from the fused factors."""
+    return fused.filtered[:-1, :, None] * jnp.exp(log_trans)[None] * fused.pair_right[:-1, None, :]
+
+
+def _fast_counts(log_trans, fused):
+    """sum_t p(z_t = i, z_{t+1} = j | x): one (K, T) x (T, K) contraction over time."""
+    return jnp.exp(log_trans) * lax.dot_general(fused.filtered, fused.pair_right, (((0,), (0,)), ((), ())))
+
+
 # ----------------------------------------------------------------------------- jitted drivers
 @partial(jax.jit, static_argnames=("what", "parallel"))
 def _run(log_init, log_trans, log_emission, mask, what: str, parallel: bool):
+    if parallel:
+        return _run_parallel(log_init, log_trans, log_emission, mask, what)
+    backward, pairs = what != "filter", what in ("smooth", "pairwise")
+
+    def fast(le, m):
+        fused, ok = _fused_one(log_init, log_trans, le, m, backward, pairs)
+        ll = jnp.sum(fused.log_norms)
+        if what == "filter":
+            out = Filtered(ll, fused.filtered, fused.log_norms)
+        elif what == "fb":
+            out = ForwardBackward(ll, fused.marginals)
+        elif what == "smooth":
+            out = Smoothed(ll, fused.marginals, fused.filtered, _fast_counts(log_trans, fused))
+        else:
+            out = (ll, _fast_pairwise(log_trans, fused))
+        return out, ok
+
+    def exact(le, m):
+        """The exact log-space passes (the fallback when a scaled normaliser underflowed)."""
+        log_filtered, log_norms = _forward_exact(log_init, log_trans, le, m)
+        ll = jnp.sum(log_norms)
+        if what == "filter":
+            return Filtered(ll, jnp.exp(log_filtered), log_norms)
+        log_beta = _backward_exact(log_trans, le, m)
+        marg = jnp.exp(normalise(log_filtered + log_beta)[0])
+        if what == "fb":
+            return ForwardBackward(ll, marg)
+        if what == "smooth":
+            counts = transition_counts(log_filtered, log_beta, log_trans, le, m)
+            return Smoothed(ll, marg, jnp.exp(log_filtered), counts)
+        return ll, pairwise(log_filtered, log_beta, log_trans, le, m)
+
+    if log_emission.ndim == 2:
+        out, ok = fast(log_emission, mask)
+        return lax.cond(ok, lambda o: o, lambda o: exact(log_emission, mask), out)
+    # Batch: the fast passes are vmapped; the exact ones run (for every sequence, results kept
+    # where the fast ones underflowed) only if some sequence needs them: the cond sits outside vmap.
+    out, ok = jax.vmap(fast)(log_emission, mask)
+
+    def repair(out):
+        ex = jax.vmap(exact)(log_emission, mask)
+        pick = lambda a, b: jnp.where(ok.reshape(ok.shape + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+        return jax.tree.map(pick, out, ex)
+
+    return lax.cond(jnp.all(ok), lambda o: o, repair, out)
+
+
+def _run_parallel(log_init, log_trans, log_emission, mask, what: str):
     def one(le, m):
         if what == "filter":
-            log_filtered, log_norms = _passes(parallel)[0](log_init, log_trans, le, m)
+            log_filtered, log_norms = _passes(True)[0](log_init, log_trans, le, m)
             return Filtered(jnp.sum(log_norms), jnp.exp(log_filtered), log_norms)
-        log_filtered, log_norms, log_beta, log_gamma = smooth_one(log_init, log_trans, le, m, parallel)
+        log_filtered, log_norms, log_beta, log_gamma = smooth_one(log_init, log_trans, le, m, True)
         ll, marg = jnp.sum(log_norms), jnp.exp(log_gamma)
         if what == "fb":
             return ForwardBackward(ll, marg)
@@ -319,9 +460,11 @@ def prepare(log_init, log_trans, log_emission, lengths):
     dtype = jnp.result_type(float, log_init, log_trans, log_emission)
     mask = _checks.step_mask(lengths, shape[-2])
     if batched and lengths is None:
-        mask = jnp.broadcast_to(mask, shape[:-1])
-    return (jnp.asarray(log_init, dtype), jnp.asarray(log_trans, dtype),
-            jnp.asarray(log_emission, dtype), mask)
+        mask = np.broadcast_to(mask, shape[:-1])
+    # host inputs stay host arrays: the jitted call moves them in one go (a jnp.asarray each
+    # costs a dispatch, which dominated short sequences); jax arrays (traced or not) stay jax
+    to = lambda x: jnp.asarray(x, dtype) if isinstance(x, jax.Array) else np.asarray(x, dtype)  # noqa: E731
+    return to(log_init), to(log_trans), to(log_emission), mask
 
 
 def _check_parallel(parallel):

@@ -340,3 +340,29 @@ def test_underflow_falls_back_to_exact_log_space(parallel):
         assert logsumexp(la[0] + lb[0]) < np.log(np.finfo(float).tiny)
     draws = np.asarray(hmm.sample_states(jax.random.PRNGKey(0), li, lt, le, 4000))
     np.testing.assert_allclose(np.mean(draws[:, 0] == 2), ex["marginals"][0, 2], atol=5 * 0.5 / np.sqrt(4000))
+
+
+def test_batch_with_one_underflowing_sequence_is_repaired_per_sequence():
+    """The fused scaled passes run batched; only the sequence whose normalisers underflow takes
+    the exact log-space results (the fallback's cond sits outside vmap), the others keep theirs."""
+    from inference.hmm.forward_backward import _fused_one
+
+    li, lt, le_bad = underflow_case()
+    le_good = np.random.default_rng(4).normal(size=(8, 3))
+    mask = jnp.ones(8, bool)
+    assert not bool(_fused_one(li, lt, le_bad, mask, True, True)[1])
+    assert bool(_fused_one(li, lt, le_good, mask, True, True)[1])
+    batch = np.stack([le_good, le_bad, le_bad])
+    lengths = np.array([8, 8, 2])  # the third: underflow at step 1, then padding
+    sm = hmm.smoother(li, lt, batch, lengths=lengths)
+    fb = hmm.forward_backward(li, lt, batch, lengths=lengths)
+    pair = hmm.pairwise_marginals(li, lt, batch, lengths=lengths)
+    for b, n in enumerate(lengths):
+        ex = enumerate_paths(li, lt, batch[b, :n])
+        np.testing.assert_allclose(sm.log_likelihood[b], ex["ll"], atol=TOL)
+        np.testing.assert_allclose(fb.log_likelihood[b], ex["ll"], atol=TOL)
+        np.testing.assert_allclose(sm.marginals[b, :n], ex["marginals"], atol=TOL)
+        np.testing.assert_allclose(fb.marginals[b, :n], ex["marginals"], atol=TOL)
+        np.testing.assert_allclose(sm.transition_counts[b], ex["pairwise"].sum(0), atol=TOL)
+        np.testing.assert_allclose(pair[b, : n - 1], ex["pairwise"], atol=TOL)
+        np.testing.assert_array_equal(pair[b, n - 1 :], 0.0)
