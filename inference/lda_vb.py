@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -68,7 +69,10 @@ class Triplets(NamedTuple):
 
 class MiniBatch(NamedTuple):
     """Documents ``docs`` (B,) (global ids; ``num_docs`` marks an empty padding slot) and their
-    triplets with ``doc`` the local slot 0..B-1."""
+    triplets with ``doc`` the local slot 0..B-1 (0 for padding), laid out densely in groups of
+    slots: a layout ``((slots, length), ...)`` (static, from :func:`_strata`) gives each group's
+    slots ``length`` entries each, padded with count 0, so each group's entries reshape to
+    (slots, length). One group of length L when no layout is given."""
 
     docs: jax.Array
     data: Triplets
@@ -139,6 +143,68 @@ def _fixed_point(data, gamma, wn, alpha, tol, max_iter):
     return gamma, EStepInfo(iterations, change)
 
 
+def _dense_weights(weights, words):
+    """:func:`_entry_weights` for the dense layout: (B, K, L) from ``words`` (B, L) (K before L:
+    the contractions below run faster with the long axis last)."""
+    top = jnp.max(weights, axis=0)
+    return jnp.moveaxis((weights / top)[:, words], 0, 1), jnp.log(top)
+
+
+def _fixed_point_dense(count, wn, gamma, alpha, tol, max_iter):
+    """:func:`_fixed_point` on documents laid out densely, in groups of rows: ``count`` a list of
+    (B_g, L_g) and ``wn`` of (B_g, K, L_g) (:func:`_dense_weights`), one row per document padded
+    with count 0, the groups' rows in the order of ``gamma``'s (groups let short documents take
+    short rows). The same iteration and stopping rule, with batched matrix-vector products instead
+    of gathers and scatter-adds (2x to 3x faster on CPU)."""
+
+    def body(carry):
+        g, it, _ = carry
+        et = jnp.exp(expected_log(g))
+        new = alpha + et * jnp.concatenate([_contract(c, w, e) for c, w, e in zip(count, wn, _split(et, count))])
+        return new, it + 1, jnp.max(jnp.mean(jnp.abs(new - g), -1))
+
+    cond = lambda c: (c[1] < max_iter) & (c[2] > tol)  # noqa: E731
+    init = (gamma, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, gamma.dtype))
+    gamma, iterations, change = lax.while_loop(cond, body, init)
+    return gamma, EStepInfo(iterations, change)
+
+
+def _split(rows, groups):
+    """``rows`` cut into the groups' row counts."""
+    return jnp.split(rows, np.cumsum([c.shape[0] for c in groups])[:-1])
+
+
+def _norm(wn, et):
+    return jnp.maximum(jnp.einsum("bkl,bk->bl", wn, et), jnp.finfo(wn.dtype).tiny)
+
+
+def _contract(count, wn, et):
+    """``sum_w c_dw wn_w / (et_d . wn_w)`` per document (B, K)."""
+    return jnp.einsum("bl,bkl->bk", count / _norm(wn, et), wn)
+
+
+def _statistics_dense(count, words, el_gamma, wn, log_top, vocab_size):
+    """:func:`_statistics` on the grouped dense layout of :func:`_fixed_point_dense` (``words``
+    a list of (B_g, L_g))."""
+    et_all = jnp.exp(el_gamma)
+    counts, total = 0.0, 0.0
+    for c, w, wd, et in zip(count, words, wn, _split(et_all, count)):
+        norm = _norm(wd, et)
+        contrib = (c / norm)[..., None] * et[:, None, :]
+        counts = counts + jax.ops.segment_sum(contrib.reshape(-1, et.shape[-1]), w.ravel(), vocab_size).T
+        total = total + jnp.sum(jnp.where(c > 0, c * (jnp.log(norm) + log_top[w]), 0.0))
+    return counts, total
+
+
+def _grouped(flat, layout):
+    """A mini-batch's flat (entries,) array cut into its groups' (slots, length) rows."""
+    out, start = [], 0
+    for slots, length in layout:
+        out.append(flat[start:start + slots * length].reshape(slots, length))
+        start += slots * length
+    return out
+
+
 def e_step(data: Triplets, gamma, weights, alpha, tol, max_iter):
     """Iterate ``gamma_d = alpha + E[theta_d] * sum_w c_dw weights_w / (E[theta_d] . weights_w)``
     (``E[theta] = exp E log theta``) to a fixed point: at most ``max_iter`` sweeps, stopping when
@@ -189,29 +255,40 @@ def elbo(data: Triplets, gamma, lam, alpha, eta):
     return word_bound(data, el_gamma, el_lam) + jnp.sum(docs) + jnp.sum(topics)
 
 
-def batch_update(state: VBState, data: Triplets, alpha, eta, e_tol, e_max_iter):
-    """One coordinate-ascent sweep: E-step for every document, then ``lam = eta + counts``."""
+def batch_update(state: VBState, data: Triplets, alpha, eta, e_tol, e_max_iter, dense=None):
+    """One coordinate-ascent sweep: E-step for every document, then ``lam = eta + counts``.
+    ``dense``: the corpus also in the layout of :func:`_dense_corpus`, for a faster E-step."""
     weights = jnp.exp(expected_log(state.lam))
     wn, log_top = _entry_weights(weights, data.word)
-    gamma, info = _fixed_point(data, state.gamma, wn, alpha, e_tol, e_max_iter)
+    if dense is None:
+        gamma, info = _fixed_point(data, state.gamma, wn, alpha, e_tol, e_max_iter)
+    else:
+        order, words, counts = dense
+        gamma, info = _fixed_point_dense(counts, [_dense_weights(weights, w)[0] for w in words], state.gamma[order],
+                                         alpha, e_tol, e_max_iter)
+        gamma = jnp.zeros_like(gamma).at[order].set(gamma, unique_indices=True)
     counts, _ = _statistics(data, expected_log(gamma), wn, log_top, weights.shape[1])
     lam = eta + counts * weights / jnp.exp(log_top)
     return VBState(lam, gamma, state.step + 1), UpdateInfo(elbo(data, gamma, lam, alpha, eta), info.iterations)
 
 
-def online_update(state: VBState, batch: MiniBatch, alpha, eta, tau0, kappa, e_tol, e_max_iter):
+def online_update(state: VBState, batch: MiniBatch, alpha, eta, tau0, kappa, e_tol, e_max_iter, layout=None):
     """One online-VB step on a mini-batch (Hoffman et al. 2010, Algorithm 2). The documents'
     ``gamma`` start from their last values (warm start) and are stored back. ``info.elbo`` is the
-    mini-batch's part of the ELBO scaled to the corpus (the topics' part is added once per pass)."""
+    mini-batch's part of the ELBO scaled to the corpus (the topics' part is added once per pass).
+    ``layout``: the mini-batch's groups (see :class:`MiniBatch`), static; default one group."""
     num_docs, vocab_size = state.gamma.shape[0], state.lam.shape[1]
     valid = batch.docs < num_docs
     start = jnp.where(valid[:, None], state.gamma.at[batch.docs].get(mode="fill", fill_value=1.0), alpha)
+    slots = batch.docs.shape[0]
+    layout = layout or ((slots, batch.data.count.shape[0] // slots),)
+    word, count = (_grouped(a, layout) for a in (batch.data.word, batch.data.count))
     weights = jnp.exp(expected_log(state.lam))
-    wn, log_top = _entry_weights(weights, batch.data.word)
-    gamma, info = _fixed_point(batch.data, start, wn, alpha, e_tol, e_max_iter)
+    wn, log_top = [_dense_weights(weights, w)[0] for w in word], jnp.log(jnp.max(weights, axis=0))
+    gamma, info = _fixed_point_dense(count, wn, start, alpha, e_tol, e_max_iter)
     gamma = jnp.where(valid[:, None], gamma, alpha)
     el_gamma = expected_log(gamma)
-    counts, words = _statistics(batch.data, el_gamma, wn, log_top, vocab_size)
+    counts, words = _statistics_dense(count, word, el_gamma, wn, log_top, vocab_size)
     (docs,) = dirichlet_bounds([(gamma, alpha, el_gamma)])
     scale = num_docs / jnp.maximum(jnp.sum(valid), 1)
     estimate = scale * (words + jnp.sum(jnp.where(valid, docs, 0.0)))
@@ -252,13 +329,13 @@ def init(rng: np.random.Generator, csr, num_topics: int, alpha, *, seeded: bool 
 _batch_update = jax.jit(batch_update)
 
 
-@jax.jit
-def _online_pass(state, batches, active, alpha, eta, tau0, kappa, e_tol, e_max_iter):
+@partial(jax.jit, static_argnames="layout")
+def _online_pass(state, batches, active, alpha, eta, tau0, kappa, e_tol, e_max_iter, layout=None):
     """The mini-batches of one pass (``active`` False: skipped), and the pass's ELBO estimate: the
     mean of the mini-batch estimates plus the topics' part at the end of the pass."""
     def body(s, inputs):
         batch, on = inputs
-        new, info = online_update(s, batch, alpha, eta, tau0, kappa, e_tol, e_max_iter)
+        new, info = online_update(s, batch, alpha, eta, tau0, kappa, e_tol, e_max_iter, layout)
         return jax.tree_util.tree_map(lambda a, b: jnp.where(on, a, b), new, s), info
 
     state, info = lax.scan(body, state, (batches, active))
@@ -268,9 +345,35 @@ def _online_pass(state, batches, active, alpha, eta, tau0, kappa, e_tol, e_max_i
 
 
 @jax.jit
-def _final_e_step(state, data, alpha, eta, e_tol, e_max_iter):
-    gamma, _ = e_step(data, state.gamma, jnp.exp(expected_log(state.lam)), alpha, e_tol, e_max_iter)
+def _final_e_step(state, data, dense, alpha, eta, e_tol, e_max_iter):
+    """Every document's ``gamma`` at the final topics (:func:`e_step` on the grouped dense layout
+    ``dense = (order, words, counts)`` of :func:`_dense_corpus`) and the exact ELBO there."""
+    order, words, counts = dense
+    weights = jnp.exp(expected_log(state.lam))
+    wn = [_dense_weights(weights, w)[0] for w in words]
+    gamma, _ = _fixed_point_dense(counts, wn, state.gamma[order], alpha, e_tol, e_max_iter)
+    gamma = jnp.zeros_like(gamma).at[order].set(gamma, unique_indices=True)
     return gamma, elbo(data, gamma, state.lam, alpha, eta)
+
+
+def _dense_corpus(csr, groups=8):
+    """All documents, longest first (``order``), cut into up to ``groups`` runs of rows, each run
+    (rows, its longest document) word ids and counts padded with word 0 and count 0 (the layout of
+    :func:`_fixed_point_dense`)."""
+    nnz = np.diff(csr.indptr)
+    order = np.argsort(-nnz, kind="stable")
+    cuts = np.unique(np.linspace(0, len(order), min(groups, len(order)) + 1).astype(int))
+    words, counts = [], []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        rows = csr[order[a:b]]
+        length = max(int(nnz[order[a]]), 1)
+        n = np.diff(rows.indptr)
+        pos = np.repeat(np.arange(b - a) * length, n) + np.arange(rows.nnz) - np.repeat(rows.indptr[:-1], n)
+        w, c = np.zeros((b - a, length), np.int32), np.zeros((b - a, length), jnp.result_type(float))
+        w.flat[pos], c.flat[pos] = rows.indices, rows.data
+        words.append(jnp.asarray(w))
+        counts.append(jnp.asarray(c))
+    return jnp.asarray(order, jnp.int32), words, counts
 
 
 def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alpha, eta, method="online",
@@ -329,7 +432,7 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
         bar.close()
     state, final = run.state, run.trace[-1]
     if method == "online":  # every document's gamma at the final topics, and the exact ELBO there
-        gamma, final = _final_e_step(state, data, numbers["alpha"], numbers["eta"], numbers["e_tol"],
+        gamma, final = _final_e_step(state, data, run.dense or _dense_corpus(csr), numbers["alpha"], numbers["eta"], numbers["e_tol"],
                                      numbers["e_max_iter"])
         state, final = state._replace(gamma=gamma), float(final)
     if not np.isfinite(final) or not np.all(np.isfinite(np.asarray(state.lam))):
@@ -370,11 +473,13 @@ class _Run:
         self.state, self.data, self.csr, self.rng, self.numbers = state, data, csr, rng, numbers
         self.trace, self.e_iters, self.converged, self.updates = [], [], False, 0
         self.online = batch_size is not None
-        self.num_batches = 1
+        self.num_batches, self.dense = 1, None
+        if not self.online:
+            self.dense = _dense_corpus(csr)
         if self.online:
             num_docs = csr.shape[0]
             self.num_batches = -(-num_docs // min(batch_size, num_docs))
-            self.strata, self.max_entries = _strata(csr, self.num_batches)
+            self.strata, self.layout = _strata(csr, self.num_batches)
             self.active = np.ones(self.num_batches, bool)
 
     def advance(self, budget, tol, bar):
@@ -391,16 +496,17 @@ class _Run:
 
     def _sweep(self):
         nb = self.numbers
-        self.state, info = _batch_update(self.state, self.data, nb["alpha"], nb["eta"], nb["e_tol"], nb["e_max_iter"])
+        self.state, info = _batch_update(self.state, self.data, nb["alpha"], nb["eta"], nb["e_tol"], nb["e_max_iter"],
+                                         self.dense)
         self.e_iters.append(int(info.e_iterations))
         return 1, _finite(float(info.elbo), "batch", self.updates + 1)
 
     def _pass(self, budget):
-        batches = _pass_batches(self.rng, self.csr, self.strata, self.max_entries)
+        batches = _pass_batches(self.rng, self.csr, self.strata, self.layout)
         active = self.active if budget >= self.num_batches else np.arange(self.num_batches) < budget
         nb = self.numbers
         self.state, info = _online_pass(self.state, batches, active, nb["alpha"], nb["eta"], nb["tau0"],
-                                        nb["kappa"], nb["e_tol"], nb["e_max_iter"])
+                                        nb["kappa"], nb["e_tol"], nb["e_max_iter"], layout=self.layout)
         n = int(active.sum())
         self.e_iters.extend(np.asarray(info.e_iterations)[:n].tolist())
         return n, _finite(float(info.elbo), "online", self.updates + n)
@@ -412,38 +518,45 @@ def _finite(value, method, updates):
     return value
 
 
-def _strata(csr, num_batches):
-    """Documents sorted by length, in strata of ``num_batches`` ((strata, num_batches) ids, the last
-    row padded with ``num_docs``): each mini-batch of a pass takes one document of each stratum, so
-    every mini-batch is a stratified random sample of the corpus (the scaled statistics stay
-    unbiased) and all hold about the same number of entries; also that number's bound."""
+def _strata(csr, num_batches, groups=4):
+    """Documents sorted by length, longest first, in strata of ``num_batches`` ((strata,
+    num_batches) ids, the last row padded with ``num_docs``): slot ``i`` of each mini-batch of a
+    pass takes one document of stratum ``i``, so every mini-batch is a stratified random sample of
+    the corpus (the scaled statistics stay unbiased) and all hold about the same number of
+    entries. Also the mini-batches' layout (:class:`MiniBatch`): the slots cut into up to
+    ``groups`` runs, each as long as its longest document, so short documents take short rows."""
     num_docs = csr.shape[0]
     nnz = np.diff(csr.indptr)
     order = np.argsort(-nnz, kind="stable")
     strata = np.full((-(-num_docs // num_batches), num_batches), num_docs)
     strata.flat[:num_docs] = order
-    return strata, int(np.sum(np.max(np.r_[nnz, 0][strata], axis=1)))
+    longest = np.r_[nnz, 0][strata[:, 0]]  # each stratum's longest document
+    cuts = np.unique(np.linspace(0, len(strata), min(groups, len(strata)) + 1).astype(int))
+    layout = tuple((int(b - a), max(int(longest[a]), 1)) for a, b in zip(cuts[:-1], cuts[1:]))
+    return strata, layout
 
 
-def _pass_batches(rng, csr, strata, max_entries):
-    """One pass: each stratum's documents dealt at random to the mini-batches, padded to fixed
-    shapes (one document per stratum, ``max_entries`` triplets: one compile). NumPy arrays, which
-    the jitted pass takes as they are."""
+def _pass_batches(rng, csr, strata, layout):
+    """One pass: each stratum's documents dealt at random to the mini-batches, in ``layout``
+    (:class:`MiniBatch`; fixed shapes: one compile). NumPy arrays, which the jitted pass takes as
+    they are."""
     num_docs, (num_strata, num_batches) = csr.shape[0], strata.shape
     dealt = np.take_along_axis(strata, np.argsort(rng.random(strata.shape), axis=1), axis=1)
-    docs = np.sort(dealt.T, axis=1)  # (num_batches, num_strata), padding (num_docs) last
+    docs = np.ascontiguousarray(dealt.T)  # (num_batches, num_strata): slot i from stratum i
     valid = docs < num_docs
     safe = np.where(valid, docs, 0)
     sizes = np.where(valid, csr.indptr[safe + 1] - csr.indptr[safe], 0).ravel()
-    batch = np.repeat(np.repeat(np.arange(num_batches), num_strata), sizes)
-    slot = np.repeat(np.tile(np.arange(num_strata), num_batches), sizes)
-    first = np.cumsum(sizes) - sizes
-    entry = np.repeat(csr.indptr[safe.ravel()] - first, sizes) + np.arange(int(sizes.sum()))
-    per_batch = sizes.reshape(num_batches, num_strata).sum(1)
-    pos = np.arange(len(entry)) - np.repeat(np.cumsum(per_batch) - per_batch, per_batch)
-    local, words = np.zeros((2, num_batches, max_entries), np.int32)
-    counts = np.zeros((num_batches, max_entries), np.result_type(float) if jax.config.jax_enable_x64 else np.float32)
-    local[batch, pos], words[batch, pos], counts[batch, pos] = slot, csr.indices[entry], csr.data[entry]
+    lengths = np.repeat([length for _, length in layout], [slots for slots, _ in layout])
+    width = int(lengths.sum())
+    offsets = np.tile(np.cumsum(lengths) - lengths, num_batches) + np.repeat(np.arange(num_batches) * width, num_strata)
+    total = int(sizes.sum())
+    within = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    entry = np.repeat(csr.indptr[safe.ravel()], sizes) + within
+    pos = np.repeat(offsets, sizes) + within  # flat (batch, position)
+    local, words = np.zeros((2, num_batches, width), np.int32)  # padding entries: slot 0, word 0, count 0
+    counts = np.zeros((num_batches, width), np.result_type(float) if jax.config.jax_enable_x64 else np.float32)
+    local.flat[pos] = np.repeat(np.tile(np.arange(num_strata), num_batches), sizes)
+    words.flat[pos], counts.flat[pos] = csr.indices[entry], csr.data[entry]
     return MiniBatch(docs.astype(np.int32), Triplets(local, words, counts))
 
 

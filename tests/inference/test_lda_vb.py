@@ -319,3 +319,49 @@ def test_stochastic_vi_needs_a_batch_size_keyword():
     no_batch_keyword.vi_methods = lda.vi_methods
     with pytest.raises(ValueError, match="needs a model with a `batch_size` keyword"):
         inference.vi(no_batch_keyword, np.array([[1, 2], [3, 0]]), method="stochastic", progress=False)
+
+
+def test_dense_grouped_layouts_compute_the_same_updates():
+    """The fast paths (documents as padded rows in groups by length) against the triplet forms:
+    the full-corpus E-step, one online update from the same mini-batch, and one batch sweep."""
+    counts = lda_corpus(40, vocab_size=25, num_topics=3, seed=2, doc_length=30.0).counts
+    csr = scipy.sparse.csr_matrix(counts.astype(float))
+    data, (num_docs, vocab_size) = _triplets(counts)
+    rng = np.random.default_rng(3)
+    state = lda_vb.init(rng, csr, 3, np.full(3, 0.1))
+    alpha, eta = jnp.full(3, 0.1), jnp.full(vocab_size, 0.01)
+    weights = jnp.exp(expected_log(state.lam))
+    dense = lda_vb._dense_corpus(csr, groups=3)
+    assert [w.shape[0] for w in dense[1]] == [13, 13, 14] and dense[1][0].shape[1] >= dense[1][-1].shape[1]
+    want, info = e_step(data, state.gamma, weights, alpha, 1e-12, 5000)
+    got, _ = jax.jit(lda_vb._final_e_step)(state, data, dense, alpha, eta, 1e-12, 5000)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    assert 1 < int(info.iterations) < 5000
+
+    strata, layout = lda_vb._strata(csr, 3, groups=2)
+    assert len(layout) == 2 and layout[0][1] >= layout[1][1]
+    batch = jax.tree_util.tree_map(lambda a: a[0], lda_vb._pass_batches(rng, csr, strata, layout))
+    one = lda_vb.MiniBatch(batch.docs, lda_vb.Triplets(*(np.ravel(a) for a in batch.data)))
+    # the same documents as triplets in one group of the longest length: the general layout
+    width = max(length for _, length in layout)
+    flat = [np.zeros(len(batch.docs) * width, a.dtype) for a in batch.data]
+    starts = np.repeat([length for _, length in layout], [slots for slots, _ in layout])
+    starts = np.cumsum(starts) - starts
+    for slot, start in enumerate(starts):
+        n = layout[0][1] if slot < layout[0][0] else layout[1][1]
+        for f, a in zip(flat, batch.data):
+            f[slot * width:slot * width + n] = np.asarray(a)[start:start + n]
+    plain = lda_vb.MiniBatch(batch.docs, lda_vb.Triplets(*flat))
+    args = (alpha, eta, jnp.asarray(10.0), jnp.asarray(0.7), jnp.asarray(1e-10), jnp.asarray(1000))
+    a, ia = jax.jit(lda_vb.online_update, static_argnames="layout")(state, one, *args, layout=layout)
+    b, ib = jax.jit(lda_vb.online_update)(state, plain, *args)
+    np.testing.assert_allclose(a.lam, b.lam, rtol=1e-10)
+    np.testing.assert_allclose(a.gamma, b.gamma, rtol=1e-10)
+    np.testing.assert_allclose(ia.elbo, ib.elbo, rtol=1e-10)
+
+    update = jax.jit(lda_vb.batch_update)
+    a, ia = update(state, data, alpha, eta, 1e-10, 1000, dense)
+    b, ib = update(state, data, alpha, eta, 1e-10, 1000)
+    np.testing.assert_allclose(a.lam, b.lam, rtol=1e-10)
+    np.testing.assert_allclose(a.gamma, b.gamma, rtol=1e-10)
+    np.testing.assert_allclose(ia.elbo, ib.elbo, rtol=1e-10)
