@@ -284,3 +284,34 @@ def test_fit_recovers_simulated_clusters_and_tol_is_traced():
     assert np.max(np.abs(w - data.weights[np.argsort(data.locs[:, 0])])) < 0.05
     # every restart's ELBO is a lower bound of the best's
     assert float(res.elbo) == pytest.approx(float(np.max(res.restart_elbos)))
+
+
+def test_restarts_keep_the_best_elbo_start_and_one_start_is_that_start_alone():
+    # Start i of a multi-start fit is exactly the single-start fit with key i of split(key, R); the
+    # returned fit is the start with the largest final ELBO (data chosen to have several optima).
+    X = gaussian_mixture_data(90, seed=3).X
+    prior = _prior(2, "full")
+    structure = mc.Structure("full", "stick")
+    key = jax.random.PRNGKey(5)
+    multi = mc.fit(X, prior, 6, key, structure=structure, max_iter=300, tol=1e-8, num_restarts=4)
+    X64, tol, cap = jnp.asarray(X, jnp.float64), jnp.asarray(1e-8), jnp.asarray(300, jnp.int32)
+    singles = [mc._fit_one(X64, prior, 6, k, structure, cap, tol) for k in jax.random.split(key, 4)]
+    elbos = np.array([float(s[2]) for s in singles])
+    assert np.ptp(elbos) > 1.0  # the starts do reach different optima here
+    np.testing.assert_allclose(np.asarray(multi.restart_elbos), elbos, rtol=1e-12)
+    best = singles[int(np.argmax(elbos))]
+    assert float(multi.elbo) == float(np.max(elbos))
+    np.testing.assert_allclose(np.asarray(multi.state.loc), np.asarray(best[0].loc), rtol=1e-12)
+    # one start: the fit is that start (key 0 of split(key, 1)), restart_elbos its own final ELBO
+    one = mc.fit(X, prior, 6, key, structure=structure, max_iter=300, tol=1e-8, num_restarts=1)
+    alone = mc._fit_one(X64, prior, 6, jax.random.split(key, 1)[0], structure, cap, tol)
+    assert np.asarray(one.restart_elbos).shape == (1,) and float(one.elbo) == float(alone[2])
+    np.testing.assert_allclose(np.asarray(one.state.loc), np.asarray(alone[0].loc), rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])
+def test_num_restarts_is_validated(bad):
+    with pytest.raises(ValueError, match="num_restarts"):
+        mc.fit(X60, _prior(2, "full"), 3, jax.random.PRNGKey(0), structure=mc.Structure("full", "dirichlet"),
+               num_restarts=bad)
+
