@@ -118,6 +118,32 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
     return out
 
 
+def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable):
+    """``(fn, arrays)``: ``build(rebuild)`` kept per structure (like `call`) and the arrays to pass
+    it, for engines that call the kept functions several times (``arrays`` is ``[]`` when the
+    structure keeps its data as constants)."""
+    sp = split(args, kwargs)
+    key = None
+    if sp.key is not None:
+        key = (tag, model, sp.key, options)
+        try:
+            hash(key)
+        except TypeError:
+            key = None
+    if key is not None and key not in _CACHE and not traceable(model, args, kwargs):
+        _CONSTANTS.add(key)
+    if key is None or key in _CONSTANTS:
+        return build(lambda _arrays: (tuple(args), dict(kwargs))), []
+    fn = _CACHE.get(key)
+    if fn is None:
+        fn = _CACHE[key] = build(sp.rebuild)
+        while len(_CACHE) > MAX_ENTRIES:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return fn, sp.arrays
+
+
 def traceable(model, args: tuple, kwargs: dict) -> bool:
     """Whether ``model`` gives the same log joint with its array arguments traced as with them
     concrete, at a draw of its own latents (once per structure)."""

@@ -46,9 +46,13 @@ class _CavityPrior(Messenger):
             msg["fn"] = dist.MultivariateNormal(self.mean, covariance_matrix=self.cov)
 
 
-def _with_cavity(model, name, mean, cov):
-    def tilted(*args, **kwargs):
-        with _CavityPrior(None, name, jnp.asarray(mean), jnp.asarray(cov)):
+def _with_cavity(model, name):
+    """The tilted model: ``model`` with the prior of ``name`` replaced by the cavity, whose mean and
+    covariance are the model arguments ``_cavity_mean`` / ``_cavity_cov``. One program for every
+    shard and iteration, so local engines compile it once (see `inference.compiled`)."""
+
+    def tilted(*args, _cavity_mean=None, _cavity_cov=None, **kwargs):
+        with _CavityPrior(None, name, jnp.asarray(_cavity_mean), jnp.asarray(_cavity_cov)):
             return model(*args, **kwargs)
 
     return tilted
@@ -187,6 +191,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
         from tqdm.auto import tqdm
 
         bar = tqdm(total=max_iter, desc=f"distributed EP ({num_shards} shards, {local_engine})")
+    tilted = _with_cavity(model, name)
     for it in range(1, max_iter + 1):
         new_Q, new_r = Qk.copy(), rk.copy()
         for k in range(num_shards):
@@ -198,7 +203,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
             cav_cov = 0.5 * (cav_cov + cav_cov.T)
             cav_mean = cav_cov @ rc
             a, kw = pieces[k]
-            tilted = _with_cavity(model, name, cav_mean, cav_cov)
+            kw = {**kw, "_cavity_mean": cav_mean, "_cavity_cov": cav_cov}
             with warnings.catch_warnings(), jax.default_device(placement[k]):
                 warnings.simplefilter("ignore")
                 if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation

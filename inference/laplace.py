@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.infer import init_to_median
 
-from inference import _model, _options, _special, sharding
+from inference import _model, _options, _special, compiled, sharding
 from inference.posterior import Posterior
 
 
@@ -108,14 +108,14 @@ def laplace(
         init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_median(num_samples=15)),
     )
     x0, unravel = ravel_pytree(info.z)
-    if mesh is None:  # the data stay closed-over constants
-        data = None
-        U = lambda x, data: potential_fn(unravel(x))  # noqa: E731
+    if mesh is None:  # programs kept per model structure, the data passed as arguments
+        progs, data = compiled.get("laplace", model, args, kwargs, (max_iter, tol), lambda rebuild: _programs(
+            model, unravel, lambda arrays: rebuild(arrays), max_iter, tol))
     else:  # the sharded data cross the jit boundary as arguments: GSPMD splits the likelihood by rows
         data = sharding.prepare(model, args, kwargs, trace, mesh)
-        U = lambda x, data: potential_energy(model, *sharding.merge_data(args, kwargs, data), unravel(x))  # noqa: E731
-    x, grad_norm, iters = _find_mode(U, x0, max_iter, tol, data)
-    x, H, newton_ok = _newton_polish(U, x, data)
+        progs = _programs(model, unravel, lambda d: sharding.merge_data(args, kwargs, d), max_iter, tol)
+    x, grad_norm, iters = _find_mode(progs, x0, data)
+    x, H, newton_ok = _newton_polish(progs, x, data)
     if not np.all(np.isfinite(H)):
         raise SingularHessianError(
             f"the Hessian at the mode is not finite (sites {latent}): the posterior may be improper "
@@ -134,15 +134,14 @@ def laplace(
     chol = np.linalg.cholesky(H)
     d = x.shape[0]
     logdet_h = 2.0 * np.sum(np.log(np.diag(chol)))
-    u_star = float(U(jnp.asarray(x), data))
+    u_star = float(progs.value(jnp.asarray(x), data))
     log_evidence = -u_star + 0.5 * d * np.log(2 * np.pi) - 0.5 * logdet_h
 
     eps = np.asarray(jax.random.normal(jax.random.fold_in(key, 3), (num_samples, d), dtype=x.dtype))
     draws = x + np.linalg.solve(chol.T, eps.T).T  # cov = H^-1
     log_q = -0.5 * np.sum(eps**2, axis=1) - 0.5 * d * np.log(2 * np.pi) + 0.5 * logdet_h
-    lp = -np.asarray(jax.jit(jax.vmap(U, in_axes=(0, None)))(jnp.asarray(draws), data))
-    constrain = jax.jit(jax.vmap(lambda z: constrain_fn(model, args, kwargs, unravel(z))))
-    flat = {k: v for k, v in constrain(jnp.asarray(draws)).items() if k in latent}
+    lp = -np.asarray(progs.values(jnp.asarray(draws), data))
+    flat = {k: v for k, v in progs.constrain(jnp.asarray(draws), data).items() if k in latent}
     samples, loglik, observed = _model.finish_samples(
         model, flat, args, kwargs, jax.random.fold_in(key, 5), 1)
     cov = np.linalg.solve(H, np.eye(d))
@@ -164,10 +163,38 @@ def laplace(
     return _model.postprocess(model, post)
 
 
-def _find_mode(U, x0, max_iter, tol, data=None):
-    """L-BFGS with a zoom line search under ``lax.while_loop``; ``U(x, data)``, with ``data``
-    (None, or the sharded row arrays) an argument of the compiled loop."""
-    s = jax.jit(lambda x, data: _mode_loop(lambda z: U(z, data), x, max_iter, tol))(x0, data)
+class _Programs(NamedTuple):
+    """The compiled pieces of a Laplace fit, each a function of ``(x, data)``."""
+
+    mode: Callable  # L-BFGS loop -> MapState
+    value: Callable  # potential energy U
+    values: Callable  # U over a batch of points
+    grad: Callable
+    hess: Callable
+    constrain: Callable  # batch of unconstrained points -> constrained sites
+
+
+def _programs(model, unravel, model_inputs, max_iter, tol) -> _Programs:
+    """``model_inputs(data) -> (args, kwargs)``; the potential is NumPyro's, in unconstrained space."""
+
+    def U(x, data):
+        a, kw = model_inputs(data)
+        return potential_energy(model, a, kw, unravel(x))
+
+    def constrain(z, data):
+        a, kw = model_inputs(data)
+        return constrain_fn(model, a, kw, unravel(z))
+
+    return _Programs(
+        mode=jax.jit(lambda x, data: _mode_loop(lambda z: U(z, data), x, max_iter, tol)),
+        value=jax.jit(U), values=jax.jit(jax.vmap(U, in_axes=(0, None))),
+        grad=jax.jit(jax.grad(U)), hess=jax.jit(jax.hessian(U)),
+        constrain=jax.jit(jax.vmap(constrain, in_axes=(0, None))))
+
+
+def _find_mode(progs, x0, data):
+    """L-BFGS with a zoom line search under ``lax.while_loop``, compiled with ``data`` an argument."""
+    s = progs.mode(x0, data)
     if not np.isfinite(float(s.value)):
         raise FloatingPointError("the log posterior became non-finite during the mode search")
     return np.asarray(s.x), float(s.grad_norm), int(s.iteration)
@@ -200,20 +227,18 @@ def _mode_loop(U, x0, max_iter, tol):
     return lax.while_loop(cond, step, init(x0))
 
 
-def _newton_polish(U, x, data=None, steps: int = 5):
+def _newton_polish(progs, x, data, steps: int = 5):
     """A few Newton steps from the L-BFGS mode; exact in one step for a Gaussian posterior.
 
     Converged when the Newton decrement ``g' H^-1 g / 2`` (the predicted gain in log density) is
     at the working precision of ``U`` -- a criterion that means the same in float32 and float64.
     """
-    hess = jax.jit(jax.hessian(U))
-    grad = jax.jit(jax.grad(U))
-    value = lambda z: U(z, data)  # noqa: E731
+    value = lambda z: progs.value(z, data)  # noqa: E731
     eps = float(np.finfo(np.asarray(x).dtype).eps)
     ok = False
     for _ in range(steps):
-        H = np.asarray(hess(jnp.asarray(x), data))
-        g = np.asarray(grad(jnp.asarray(x), data))
+        H = np.asarray(progs.hess(jnp.asarray(x), data))
+        g = np.asarray(progs.grad(jnp.asarray(x), data))
         try:
             chol = np.linalg.cholesky(0.5 * (H + H.T))
         except np.linalg.LinAlgError:
@@ -228,7 +253,7 @@ def _newton_polish(U, x, data=None, steps: int = 5):
         if not np.isfinite(u_new) or u_new > u_old + 10 * eps * max(1.0, abs(u_old)):
             break
         x = x_new
-    return x, np.asarray(hess(jnp.asarray(x), data)), ok
+    return x, np.asarray(progs.hess(jnp.asarray(x), data)), ok
 
 
 def _sites_of(direction, unravel, d):
