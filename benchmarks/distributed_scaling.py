@@ -187,7 +187,8 @@ own process with `XLA_FLAGS="--xla_force_host_platform_device_count=D --xla_cpu_
   device holds n/D rows) and, across hosts, the data never move. Below 10^6 rows an iteration takes
   0.02-0.3 s and the 2-/4-device rows pay per-shard dispatch and host round trips (the difference
   timing `(T(3) - T(1)) / 2` is noisy at this size); at 10^6 rows, 2 shards take 0.29 s per
-  iteration against 2.4 s on one device (each local fit sees half the rows and fits in cache).
+  iteration against 2.4 s on one device (more than the 2x that two cores allow: probably memory
+  and cache effects of the smaller blocks; not investigated).
   Before the local fits were compiled once, one iteration took 0.7-3.4 s at 10^4-10^5 rows and
   9-34 s at 10^6.
 - **GPU: not measured.** No GPU was lent to this task; the GPU column is empty on purpose. On a GPU
