@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ from numpyro.infer import autoguide
 from numpyro.infer.util import log_density
 from numpyro.optim import optax_to_numpyro
 
-from inference import _model, _options, _special, sharding
+from inference import _model, _options, _special, compiled, sharding
 from inference.posterior import Posterior
 
 GUIDES = {
@@ -120,26 +121,37 @@ def vi(
     # without sharding they stay closed-over constants, as before.
     data = None if mesh is None else sharding.prepare(model, args, kwargs, trace, mesh)
 
-    if isinstance(guide, str):
-        guide_name = guide
-        guide = GUIDES[guide](model, init_loc_fn=_model.init_strategy(
-            model, args, kwargs, seed, init_to_median(num_samples=15)))
-    else:
-        guide_name = type(guide).__name__
+    guide_name = guide if isinstance(guide, str) else type(guide).__name__
     tunable = optimizer is None
-    optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate) if tunable else optimizer
-    svi = SVI(model, guide, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
+
+    def build(model_inputs):
+        """Guide, SVI and the compiled ELBO steps and draws, for one model structure."""
+        g = guide
+        if isinstance(g, str):
+            g = GUIDES[g](model, init_loc_fn=_model.init_strategy(
+                model, args, kwargs, seed, init_to_median(num_samples=15)))
+        optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate) if tunable else optimizer
+        svi = SVI(model, g, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
+
+        @jax.jit
+        def run_chunk(state, data):
+            a, kw = model_inputs(data)
+            return lax.scan(lambda s, _: svi.update(s, *a, **kw), state, None, length=check_every)
+
+        return _Programs(g, svi, run_chunk, _draw_fn(model, g, model_inputs, num_samples))
+
+    if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
+        data = sharding.prepare(model, args, kwargs, trace, mesh)
+        progs = build(lambda d: sharding.merge_data(args, kwargs, d))
+    elif callable(getattr(model, "init_values", None)):  # a data-dependent start: not reusable
+        data, progs = [], build(lambda _d: (args, kwargs))
+    else:  # kept per model structure and options, the data passed as arguments
+        opts = (guide, optimizer, learning_rate, num_particles, check_every, num_samples)
+        progs, data = compiled.get("vi", model, args, kwargs, opts,
+                                   lambda rebuild: build(lambda arrays: rebuild(arrays)))
+    guide, svi, run_chunk = progs.guide, progs.svi, progs.run_chunk
     key, draw_key = jax.random.split(jax.random.PRNGKey(seed))
     state = svi.init(key, *args, **kwargs)
-
-    @jax.jit
-    def run_chunk(state, data):
-        a, kw = (args, kwargs) if data is None else sharding.merge_data(args, kwargs, data)
-
-        def body(s, _):
-            return svi.update(s, *a, **kw)
-
-        return lax.scan(body, state, None, length=check_every)
 
     losses, level, prev, converged, done = [], 0, None, False, 0
     bar = _progress_bar(progress, steps)
@@ -171,7 +183,8 @@ def vi(
         warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
                       stacklevel=2)
     params = svi.get_params(state)
-    flat, log_q, lp = _draw(model, guide, params, args, kwargs, draw_key, num_samples)
+    values, log_q, lp = progs.draw(params, draw_key, data)
+    flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)
     samples, loglik, observed = _model.finish_samples(
         model, flat, args, kwargs, jax.random.fold_in(draw_key, 7), 1
     )
@@ -205,26 +218,40 @@ def _set_learning_rate(state, lr):
     return state._replace(optim_state=(i, (params, opt_state._replace(hyperparams=hyper))))
 
 
-def _draw(model, guide, params, args, kwargs, key, num_samples):
+class _Programs(NamedTuple):
+    """What a VI fit compiles, kept per model structure: the guide, SVI, the jitted chunk of ELBO
+    steps ``run_chunk(state, data)`` and the jitted draws ``draw(params, key, data)``."""
+
+    guide: object
+    svi: object
+    run_chunk: Callable
+    draw: Callable
+
+
+def _draw_fn(model, guide, model_inputs, num_samples):
     """Draws of the model's latent sites from the guide, with log q and the model's log joint at
     each (both densities in the constrained space of the latent sites)."""
-    latent = _model.latent_sites(_model.trace_model(model, args, kwargs))
 
-    def one(k):
-        tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)).get_trace(
-            *args, **kwargs)
-        log_q = 0.0
-        for site in tr.values():
-            if site["type"] == "sample" and not site["is_observed"]:
-                inter = site.get("intermediates")
-                lq = site["fn"].log_prob(site["value"], inter) if inter else site["fn"].log_prob(site["value"])
-                log_q = log_q + jnp.sum(lq) * (site.get("scale") or 1.0)
-        values = {n: tr[n]["value"] for n in latent}
-        lp, _ = log_density(model, args, kwargs, values)
-        return values, log_q, lp
+    def draw(params, key, data):
+        a, kw = model_inputs(data)
+        latent = [n for n, s in handlers.trace(handlers.seed(model, 0)).get_trace(*a, **kw).items()
+                  if s["type"] == "sample" and not s["is_observed"]]
 
-    values, log_q, lp = jax.jit(jax.vmap(one))(jax.random.split(key, num_samples))
-    return values, np.asarray(log_q), np.asarray(lp)
+        def one(k):
+            tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)).get_trace(*a, **kw)
+            log_q = 0.0
+            for site in tr.values():
+                if site["type"] == "sample" and not site["is_observed"]:
+                    inter = site.get("intermediates")
+                    lq = site["fn"].log_prob(site["value"], inter) if inter else site["fn"].log_prob(site["value"])
+                    log_q = log_q + jnp.sum(lq) * (site.get("scale") or 1.0)
+            values = {n: tr[n]["value"] for n in latent}
+            lp, _ = log_density(model, a, kw, values)
+            return values, log_q, lp
+
+        return jax.vmap(one)(jax.random.split(key, num_samples))
+
+    return jax.jit(draw)
 
 
 def _progress_bar(on, total):
