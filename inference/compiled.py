@@ -84,64 +84,55 @@ def split(args: tuple, kwargs: dict) -> Split:
     return Split(arrays, key, rebuild)
 
 
+def _entry(tag, model, args, kwargs, options, build):
+    """``(fn, arrays, key, new)``: the kept function for this structure (built now if ``new``) or,
+    for a structure that keeps its data as constants, a fresh build over them (``key`` None or in
+    `_CONSTANTS`)."""
+    sp = split(args, kwargs)
+    key = None
+    if sp.key is not None:
+        key = (tag, model, sp.key, options)
+        try:
+            hash(key)
+        except TypeError:
+            key = None
+    if key is not None and key not in _CACHE and not traceable(model, args, kwargs):
+        _CONSTANTS.add(key)
+    if key is None or key in _CONSTANTS:
+        return build(lambda _arrays: (tuple(args), dict(kwargs))), [], None, False
+    fn = _CACHE.get(key)
+    if fn is not None:
+        _CACHE.move_to_end(key)
+        return fn, sp.arrays, key, False
+    fn = _CACHE[key] = build(sp.rebuild)
+    while len(_CACHE) > MAX_ENTRIES:
+        _CACHE.popitem(last=False)
+    return fn, sp.arrays, key, True
+
+
 def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, *extra):
     """``build(rebuild)(arrays, *extra)``, where ``build`` runs once per structure.
 
     ``build`` receives ``rebuild(arrays) -> (args, kwargs)`` and returns the function to keep
     (typically ``jax.jit``-ed); ``tag`` names the engine step and ``options`` its static settings.
     """
-    sp = split(args, kwargs)
-    key = None
-    if sp.key is not None:
-        key = (tag, model, sp.key, options)
-        try:
-            hash(key)
-        except TypeError:
-            key = None
-    if key is not None and key not in _CACHE and not traceable(model, args, kwargs):
-        _CONSTANTS.add(key)
-    if key is None or key in _CONSTANTS:
-        return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
-    fn = _CACHE.get(key)
-    if fn is not None:
-        _CACHE.move_to_end(key)
-        return fn(sp.arrays, *extra)
-    fn = build(sp.rebuild)
+    fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
+    if not new:
+        return fn(arrays, *extra)
     try:
-        out = fn(sp.arrays, *extra)
-    except _TRACER_ERRORS:
+        return fn(arrays, *extra)
+    except _TRACER_ERRORS:  # this step needs concrete data: keep them constant from now on
+        _CACHE.pop(key, None)
         _CONSTANTS.add(key)
         return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
-    _CACHE[key] = fn
-    while len(_CACHE) > MAX_ENTRIES:
-        _CACHE.popitem(last=False)
-    return out
 
 
 def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable):
     """``(fn, arrays)``: ``build(rebuild)`` kept per structure (like `call`) and the arrays to pass
     it, for engines that call the kept functions several times (``arrays`` is ``[]`` when the
     structure keeps its data as constants)."""
-    sp = split(args, kwargs)
-    key = None
-    if sp.key is not None:
-        key = (tag, model, sp.key, options)
-        try:
-            hash(key)
-        except TypeError:
-            key = None
-    if key is not None and key not in _CACHE and not traceable(model, args, kwargs):
-        _CONSTANTS.add(key)
-    if key is None or key in _CONSTANTS:
-        return build(lambda _arrays: (tuple(args), dict(kwargs))), []
-    fn = _CACHE.get(key)
-    if fn is None:
-        fn = _CACHE[key] = build(sp.rebuild)
-        while len(_CACHE) > MAX_ENTRIES:
-            _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
-    return fn, sp.arrays
+    fn, arrays, _, _ = _entry(tag, model, args, kwargs, options, build)
+    return fn, arrays
 
 
 def traceable(model, args: tuple, kwargs: dict) -> bool:

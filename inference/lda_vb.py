@@ -127,20 +127,30 @@ def _ratio(data, et, wn):
     return data.count / norm, norm
 
 
-def _fixed_point(data, gamma, wn, alpha, tol, max_iter):
-    num_docs = gamma.shape[0]
+def _iterate(update, gamma, alpha, tol, max_iter):
+    """The per-document fixed point ``gamma = alpha + exp(E[log theta]) * update(exp(E[log theta]))``
+    until the largest mean absolute change is below ``tol`` (or ``max_iter`` sweeps)."""
 
     def body(carry):
         g, it, _ = carry
         et = jnp.exp(expected_log(g))
-        new = alpha + et * jax.ops.segment_sum(_ratio(data, et, wn)[0][:, None] * wn, data.doc, num_docs,
-                                                indices_are_sorted=True)
+        new = alpha + et * update(et)
         return new, it + 1, jnp.max(jnp.mean(jnp.abs(new - g), -1))
 
     cond = lambda c: (c[1] < max_iter) & (c[2] > tol)  # noqa: E731
     init = (gamma, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, gamma.dtype))
     gamma, iterations, change = lax.while_loop(cond, body, init)
     return gamma, EStepInfo(iterations, change)
+
+
+def _fixed_point(data, gamma, wn, alpha, tol, max_iter):
+    num_docs = gamma.shape[0]
+
+    def update(et):
+        return jax.ops.segment_sum(_ratio(data, et, wn)[0][:, None] * wn, data.doc, num_docs,
+                                   indices_are_sorted=True)
+
+    return _iterate(update, gamma, alpha, tol, max_iter)
 
 
 def _dense_weights(weights, words):
@@ -157,16 +167,10 @@ def _fixed_point_dense(count, wn, gamma, alpha, tol, max_iter):
     short rows). The same iteration and stopping rule, with batched matrix-vector products instead
     of gathers and scatter-adds (2x to 3x faster on CPU)."""
 
-    def body(carry):
-        g, it, _ = carry
-        et = jnp.exp(expected_log(g))
-        new = alpha + et * jnp.concatenate([_contract(c, w, e) for c, w, e in zip(count, wn, _split(et, count))])
-        return new, it + 1, jnp.max(jnp.mean(jnp.abs(new - g), -1))
+    def update(et):
+        return jnp.concatenate([_contract(c, w, e) for c, w, e in zip(count, wn, _split(et, count))])
 
-    cond = lambda c: (c[1] < max_iter) & (c[2] > tol)  # noqa: E731
-    init = (gamma, jnp.asarray(0, jnp.int32), jnp.asarray(jnp.inf, gamma.dtype))
-    gamma, iterations, change = lax.while_loop(cond, body, init)
-    return gamma, EStepInfo(iterations, change)
+    return _iterate(update, gamma, alpha, tol, max_iter)
 
 
 def _split(rows, groups):

@@ -403,17 +403,11 @@ def _run(log_init, log_trans, log_emission, mask, what: str, parallel: bool):
     def exact(le, m):
         """The exact log-space passes (the fallback when a scaled normaliser underflowed)."""
         log_filtered, log_norms = _forward_exact(log_init, log_trans, le, m)
-        ll = jnp.sum(log_norms)
         if what == "filter":
-            return Filtered(ll, jnp.exp(log_filtered), log_norms)
+            return Filtered(jnp.sum(log_norms), jnp.exp(log_filtered), log_norms)
         log_beta = _backward_exact(log_trans, le, m)
-        marg = jnp.exp(normalise(log_filtered + log_beta)[0])
-        if what == "fb":
-            return ForwardBackward(ll, marg)
-        if what == "smooth":
-            counts = transition_counts(log_filtered, log_beta, log_trans, le, m)
-            return Smoothed(ll, marg, jnp.exp(log_filtered), counts)
-        return ll, pairwise(log_filtered, log_beta, log_trans, le, m)
+        log_gamma = normalise(log_filtered + log_beta)[0]
+        return _log_space_result(what, log_filtered, log_norms, log_beta, log_gamma, log_trans, le, m)
 
     if log_emission.ndim == 2:
         out, ok = fast(log_emission, mask)
@@ -430,19 +424,24 @@ def _run(log_init, log_trans, log_emission, mask, what: str, parallel: bool):
     return lax.cond(jnp.all(ok), lambda o: o, repair, out)
 
 
+def _log_space_result(what, log_filtered, log_norms, log_beta, log_gamma, log_trans, le, m):
+    """The ``what`` output ("fb", "smooth" or pairwise) from log-space forward and backward passes."""
+    ll, marg = jnp.sum(log_norms), jnp.exp(log_gamma)
+    if what == "fb":
+        return ForwardBackward(ll, marg)
+    if what == "smooth":
+        counts = transition_counts(log_filtered, log_beta, log_trans, le, m)
+        return Smoothed(ll, marg, jnp.exp(log_filtered), counts)
+    return ll, pairwise(log_filtered, log_beta, log_trans, le, m)
+
+
 def _run_parallel(log_init, log_trans, log_emission, mask, what: str):
     def one(le, m):
         if what == "filter":
             log_filtered, log_norms = _passes(True)[0](log_init, log_trans, le, m)
             return Filtered(jnp.sum(log_norms), jnp.exp(log_filtered), log_norms)
         log_filtered, log_norms, log_beta, log_gamma = smooth_one(log_init, log_trans, le, m, True)
-        ll, marg = jnp.sum(log_norms), jnp.exp(log_gamma)
-        if what == "fb":
-            return ForwardBackward(ll, marg)
-        if what == "smooth":
-            counts = transition_counts(log_filtered, log_beta, log_trans, le, m)
-            return Smoothed(ll, marg, jnp.exp(log_filtered), counts)
-        return ll, pairwise(log_filtered, log_beta, log_trans, le, m)
+        return _log_space_result(what, log_filtered, log_norms, log_beta, log_gamma, log_trans, le, m)
 
     if log_emission.ndim == 3:
         return over_batch(one, log_emission, mask)
