@@ -6,8 +6,9 @@ NumPyro on 2 forced host devices, Stan on 2 processes). Samplers: ours (`inferen
 also computes the pointwise log likelihood and convergence diagnostics), raw NumPyro as usually
 written (a new `MCMC` per fit), raw NumPyro reusing one `MCMC` object (`jit_model_args=True`),
 its best case, and raw NumPyro doing the same job as ours (draws + `numpyro.infer.log_likelihood`
-+ `numpyro.diagnostics.summary`). Reported: wall time of the first call in the process (tracing and compilation
-included; the persistent compilation cache may hold executables from earlier runs), the median of
++ `numpyro.diagnostics.summary`). Reported: wall time of the first call in a fresh process (median of 3 processes per
+sampler, so no sampler warms in-process caches for another; tracing and compilation included; the
+persistent compilation cache may hold executables from earlier runs), the median of
 3 repeated calls, min bulk ESS over parameters, ESS/s, and the ratios ours/raw NumPyro (overhead)
 and ours/Stan.
 
@@ -163,21 +164,57 @@ def run_stan(name, data, params, python):
         return float(res["seconds"]), min_bulk_ess(draws)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="benchmarks/results/mcmc.md")
-    parser.add_argument("--no-stan", action="store_true")
-    parser.add_argument("--stan-python", default=sys.executable,
-                        help="interpreter with pystan installed (pystan has no Python 3.13 build)")
-    args = parser.parse_args()
+FRESH = 3  # fresh processes per (model, sampler) for the first-call time
+
+
+def problem_list():
     X, y = logistic_data()
-    problems = [
+    return [
         ("logistic", logistic, (X, y), {}, ["w"],
          {"N": X.shape[0], "D": X.shape[1], "X": X, "y": y.astype(int)}),
         ("eight_schools", eight_schools, (SCHOOLS_SIGMA, SCHOOLS_Y), {}, ["mu", "tau", "theta_tilde"],
          {"y": SCHOOLS_Y, "sigma": SCHOOLS_SIGMA}),
     ]
-    rows = []
+
+
+def first_call(name, label):
+    """One sampler's first call in this (fresh) process, after imports and JAX's backend start-up
+    (which every sampler would pay once, whichever runs first): prints the seconds."""
+    import warnings
+
+    (jnp.zeros(2) + 1).block_until_ready()
+    _, model, margs, mkw, params, _ = next(p for p in problem_list() if p[0] == name)
+    fn = {"ours": run_ours, "numpyro": run_raw, "numpyro+loglik+diagnostics": run_raw_full}[label]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        print(f"FIRST {fn(model, margs, mkw, params)[0]!r}")
+
+
+def fresh_first(name, label):
+    """Median over `FRESH` fresh processes of the first-call time: each sampler starts from the
+    same state (no other sampler has warmed JAX's or NumPyro's in-process caches before it)."""
+    import subprocess
+
+    times = []
+    for _ in range(FRESH):
+        out = subprocess.run([sys.executable, __file__, "--first", name, label], check=True,
+                             capture_output=True, text=True).stdout
+        times.append(float(next(line for line in out.splitlines() if line.startswith("FIRST")).split()[1]))
+    return sorted(times)[FRESH // 2], times
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--first", nargs=2, metavar=("MODEL", "SAMPLER"), help=argparse.SUPPRESS)
+    parser.add_argument("--out", default="benchmarks/results/mcmc.md")
+    parser.add_argument("--no-stan", action="store_true")
+    parser.add_argument("--stan-python", default=sys.executable,
+                        help="interpreter with pystan installed (pystan has no Python 3.13 build)")
+    args = parser.parse_args()
+    if args.first:
+        return first_call(*args.first)
+    problems = problem_list()
+    rows, fresh = [], {}
     for name, model, margs, mkw, params, stan_data in problems:
         res = {}
         reused = MCMC(NUTS(model), num_warmup=WARMUP, num_samples=DRAWS, num_chains=CHAINS,
@@ -185,6 +222,9 @@ def main():
         runners = (("ours", run_ours), ("numpyro", run_raw),
                    ("numpyro-reused", lambda *a: run_raw(*a, sampler=reused)),
                    ("numpyro+loglik+diagnostics", run_raw_full))
+        for label in ("ours", "numpyro", "numpyro+loglik+diagnostics"):  # interleaved, fresh processes
+            fresh[name, label] = fresh_first(name, label)
+            print(name, label, "fresh-process first calls", fresh[name, label][1], flush=True)
         for label, fn in runners:
             first = fn(model, margs, mkw, params)
             again = [fn(model, margs, mkw, params) for _ in range(REPEATS)]
@@ -206,14 +246,19 @@ def main():
         "float64; OMP_NUM_THREADS=1, single-threaded XLA. `ours` returns the full Posterior (draws, "
         "pointwise log likelihood, R-hat/ESS diagnostics); raw NumPyro returns draws only, except "
         "`numpyro+loglik+diagnostics` (draws, `numpyro.infer.log_likelihood`, `numpyro.diagnostics.summary`). Time 1st: "
-        "first call in the process, tracing and compilation included (the persistent compilation "
-        f"cache may serve executables). Time again: median of {REPEATS} further calls. Stan's time "
+        f"first call in a fresh process (median of {FRESH} processes per sampler, each after imports and "
+        "JAX's backend start-up), tracing and compilation included (the persistent compilation cache may "
+        "serve executables); for numpyro-reused the first call in the benchmark process, for Stan its first "
+        "sampling call. Time again: median of {REPEATS} further calls. Stan's time "
         "excludes the C++ build. ESS: min bulk ESS over parameters (ArviZ), of the repeated call.",
         "",
         "| model | sampler | time 1st (s) | time again (s) | min ESS | ESS/s (again) | ours/this time (1st) | ours/this time (again) | ours/this ESS/s (again) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in rows:
+        for label, (median, _) in ((k[1], v) for k, v in fresh.items() if k[0] == name):
+            (_, e1), again = res[label]
+            res[label] = ((median, e1), again)
         (t1o, _), (t2o, eo2) = res["ours"]
         ours_rate = eo2 / t2o
         for label in ("ours", "numpyro", "numpyro-reused", "numpyro+loglik+diagnostics", "stan"):

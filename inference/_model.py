@@ -58,6 +58,31 @@ def trace_model(model, args, kwargs, seed: int = 0, recover: bool = False) -> Or
             return handlers.trace(sub).get_trace(*args, **kwargs)
 
 
+def structure_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:
+    """The model's sites without running it op by op: one abstract trace (``jax.eval_shape``) with
+    the data closed over, so the model's own checks of its concrete inputs still raise first.
+    Latent values and the distributions' parameters in it are abstract: read names, types,
+    supports and observed values only. Falls back to `trace_model` (eager) when the model fails
+    under tracing or an observed value is computed inside the model. A first fit in a new process
+    otherwise paid one compilation per operation of the eager trace (~0.3-0.4 s)."""
+    check_model(model)
+    holder = {}
+
+    def run():
+        with handlers.seed(rng_seed=seed):
+            holder["trace"] = handlers.trace(model).get_trace(*args, **kwargs)
+
+    try:
+        jax.eval_shape(run)
+    except Exception:  # noqa: BLE001 - the eager trace raises the model's own error, or succeeds
+        return trace_model(model, args, kwargs, seed)
+    trace = holder["trace"]
+    if any(s["type"] == "sample" and s["is_observed"] and isinstance(s["value"], jax.core.Tracer)
+           for s in trace.values()):
+        return trace_model(model, args, kwargs, seed)
+    return trace
+
+
 class _nullcontext:
     def __enter__(self):
         return self

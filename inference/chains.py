@@ -54,17 +54,22 @@ def _build(model, options):
             state = kernel.init(key, num_warmup, None, model_args=args, model_kwargs=kwargs)
             constrain = kernel.postprocess_fn(args, kwargs)
 
-            def warm(i, s):
-                tick(i)
-                return kernel.sample(s, args, kwargs)
+            def record(s):
+                return constrain(s.z), {f: getattr(s, f) for f in STAT_FIELDS}
 
-            def draw(s, i):
+            def step(i, carry):  # warmup and sampling in one loop, as NumPyro's fori_collect:
+                s, buf = carry   # the kernel is traced once (its adaptation switches off itself)
                 tick(i)
                 s = kernel.sample(s, args, kwargs)
-                return s, (constrain(s.z), {f: getattr(s, f) for f in STAT_FIELDS})
 
-            state = lax.fori_loop(0, num_warmup, warm, state)
-            _, out = lax.scan(draw, state, num_warmup + jnp.arange(num_samples))
+                def write(buf):
+                    return jax.tree.map(lambda b, x: lax.dynamic_update_index_in_dim(b, x, i - num_warmup, 0),
+                                        buf, record(s))
+
+                return s, lax.cond(i >= num_warmup, write, lambda b: b, buf)
+
+            buf = jax.tree.map(lambda a: jnp.zeros((num_samples,) + a.shape, a.dtype), jax.eval_shape(record, state))
+            _, out = lax.fori_loop(0, total, step, (state, buf))
             return out
 
         if method == "parallel":  # one chain per device, each running its own program

@@ -69,9 +69,11 @@ def mcmc(
         raise ValueError(f"chain_method must be 'parallel', 'sequential' or 'vectorized', got {chain_method!r}")
     progress = _options.progress(progress)
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
-    trace = _model.trace_model(model, args, kwargs, seed)
+    trace = _model.structure_trace(model, args, kwargs, seed)
     if not _model.latent_sites(trace):
         raise ValueError("model has no latent sample sites: nothing to infer")
+    if _special.has_spike_and_slab(trace) or _special.has_noisy_step(trace):
+        trace = _model.trace_model(model, args, kwargs, seed)  # their engines read concrete values
 
     common = dict(num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed,
                   progress=progress)
