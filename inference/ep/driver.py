@@ -35,7 +35,7 @@ _init = jax.jit(init)
 _to_latent = jax.jit(to_latent)
 
 
-def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: float = 1e-6,
+def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
        max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
        covariance: str | None = None, model_kwargs: dict | None = None, **model_kw) -> Posterior:
     """Expectation propagation for a NumPyro program with a Gaussian latent vector.
@@ -52,7 +52,10 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
         model, *args, **model_kw: the NumPyro program and its own arguments.
         schedule: ``"parallel"`` (all sites at once, damped) or ``"sequential"`` (one at a time).
         damping: fraction of each site update taken, in (0, 1]; 1 is undamped. Lower it if EP
-            oscillates or does not converge.
+            oscillates or does not converge. Default (None): 0.5, except for spike-and-slab probit
+            EP with full covariance, which starts undamped and falls back to 0.5, 0.25, ... if a
+            run does not converge (undamped, it converged on all 150 microarray splits in about
+            half the sweeps, to the same fixed point).
         tol: convergence threshold on the largest effect of a site update on its marginal
             (relative change of the marginal precision, or mean shift in marginal sds).
         max_iter: maximum number of sweeps.
@@ -79,7 +82,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    damping = _options.unit_interval(damping, "damping", closed_right=True)
+    if damping is not None:
+        damping = _options.unit_interval(damping, "damping", closed_right=True)
     tol = _options.positive_float(tol, "tol")
     max_iter = _options.positive_int(max_iter, "max_iter")
     num_samples = _options.positive_int(num_samples, "num_samples")
@@ -93,11 +97,14 @@ def ep(model, *args, schedule: str = "parallel", damping: float = 0.5, tol: floa
     if hook is not None:
         if covariance is not None:
             options["covariance"] = covariance
+        if damping is None:  # each dedicated EP keeps its own default
+            del options["damping"]
         post = hook(model, args, kwargs, trace, **options)
         post.diagnostics.update(_kernel_jitter(trace))
         return post
     if covariance is not None:
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
+    damping = 0.5 if damping is None else damping
     rec = recognise(model, args, kwargs, trace, seed=seed)
     state, iterations, skipped, change = _iterate(rec.problem, schedule, damping, tol, max_iter, progress)
     converged = bool(change <= tol)

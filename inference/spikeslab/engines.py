@@ -30,6 +30,7 @@ from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_
 from inference.spikeslab.structure import Problem, extract
 
 EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 1000}
+UNDAMPED_MAX_ITER = 200  # default full-covariance probit EP: sweeps allowed undamped before the damped run
 
 
 def _problem(model, args, kwargs, trace, engine) -> Problem:
@@ -63,6 +64,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
         raise ValueError(f"schedule: needs 'parallel' or 'sequential', got {schedule!r}")
     if covariance not in ("full", "factorized"):
         raise ValueError(f"covariance: needs 'full' or 'factorized', got {covariance!r}")
+    auto = damping is None
     damping = _options.unit_interval(EP_DEFAULTS["damping"] if damping is None else damping, "damping",
                                      closed_right=True)
     tol = _options.positive_float(EP_DEFAULTS["tol"] if tol is None else tol, "tol")
@@ -75,26 +77,29 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
     common = {"schedule": schedule, "damping": damping}
     if prob.likelihood == "probit":
         return _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common,
-                          covariance)
+                          covariance, auto)
     if covariance != "full":
         raise ValueError("covariance: regression EP keeps the exact Gaussian likelihood, only 'full' applies")
     return _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common)
 
 
-def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None):
+def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None, quiet_first=False):
     """Run EP with the first (damping, sequential) setting whose result is finite; a diverged run
     (non-finite site parameters) is retried with the next setting and reported in the diagnostics,
     never returned as NaN. With ``tol``, a parallel run must also converge to be kept (the
-    factorised probit EP oscillates on correlated genes where the sequential schedule converges)."""
+    factorised probit EP oscillates on correlated genes where the sequential schedule converges).
+    ``quiet_first``: the first setting is an optimistic default (undamped), so any run must converge
+    and falling back to the second setting is not warned about."""
     for damping, seq in attempts:
         state = run(damping, seq)
         out = finalize(state)
         change = np.asarray(state_of(state).max_change)
         finite = all(bool(np.all(np.isfinite(np.asarray(x)))) for x in out) and bool(np.all(np.isfinite(change)))
-        if finite and tol is not None and not seq and not np.all(change <= tol) and (damping, seq) != attempts[-1]:
+        if (finite and tol is not None and (not seq or quiet_first) and not np.all(change <= tol)
+                and (damping, seq) != attempts[-1]):
             finite = False
         if finite:
-            if (damping, seq) != attempts[0]:
+            if (damping, seq) != attempts[0] and not (quiet_first and (damping, seq) == attempts[1]):
                 warnings.warn(f"spike-and-slab EP diverged or oscillated with damping={attempts[0][0]:g}, schedule="
                               f"{'sequential' if attempts[0][1] else 'parallel'}; used damping={damping:g}, "
                               f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, stacklevel=4)
@@ -116,11 +121,15 @@ def _ep_diag(states, tol, incl, extra):
             **extra}
 
 
-def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common, covariance):
+def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common, covariance,
+               auto=False):
     data = ep_probit.make_data(prob.X, prob.y, slab_var=prob.slab_var, p_incl=prob.p_incl, offset=prob.offset)
     hyper = (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter))
     start = time.perf_counter()
-    if covariance == "full":
+    if covariance == "full" and auto:  # undamped first (about half the sweeps); damped if it fails to converge
+        attempts = [(1.0, seq), (damping, seq)]
+        module = ep_probit_full
+    elif covariance == "full":
         attempts = [(damping, seq)]
         module = ep_probit_full
     else:  # the parallel factorised schedule can diverge on correlated genes: fall back to sequential
@@ -128,8 +137,11 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
         module = ep_probit
     attempts += [(damping / 2**k, attempts[-1][1]) for k in (1, 2, 3)]
     state, out, used = _stable_run(
-        lambda dmp, sq: module.run(data, jnp.asarray(dmp), *hyper[1:], sequential=sq),
-        lambda st: module.finalize(st, data), attempts, tol=tol if module is ep_probit else None)
+        lambda dmp, sq: module.run(data, jnp.asarray(dmp), hyper[1],
+                                   jnp.asarray(min(max_iter, UNDAMPED_MAX_ITER)) if auto and dmp == 1.0 else hyper[2],
+                                   sequential=sq),
+        lambda st: module.finalize(st, data), attempts, tol=tol if module is ep_probit or auto else None,
+        quiet_first=auto)
     m, v, incl, a, b, log_z = (np.asarray(x) for x in out)
     if module is ep_probit_full:
         prob_fn = lambda X, off: ep_probit_full.predictive_probability(state, data, X, off)  # noqa: E731

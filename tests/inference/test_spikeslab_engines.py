@@ -150,3 +150,29 @@ def test_ep_covariance_option_reaches_spike_and_slab_ep_and_is_rejected_elsewher
     assert np.all(p_full[:2] > 0.9) and np.all(p_fact[:2] > 0.9)  # ... that agree on the relevant genes
     with pytest.raises(ValueError, match="covariance"):
         inference.ep(probmodels.probit_regression, X, y, covariance="full")
+
+
+def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch):
+    """Default (damping=None) full-covariance probit EP runs undamped; it reaches the fixed point of
+    the damped run (damping=0.5) to 1e-6, in fewer sweeps. When the undamped run has not converged
+    within its sweep budget it is replaced by the damped run, silently (it is a default, not the
+    user's setting)."""
+    model, args, kw = CASES["probit"]
+    auto = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50)
+    damped = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, damping=0.5)
+    assert auto.diagnostics["damping_used"] == 1.0 and damped.diagnostics["damping_used"] == 0.5
+    assert auto.diagnostics["converged"] and damped.diagnostics["converged"]
+    assert auto.diagnostics["iterations"] < damped.diagnostics["iterations"]
+    for key in ("inclusion_probability", "w_mean", "w_var"):
+        np.testing.assert_allclose(auto.approximation[key], damped.approximation[key], atol=1e-6)
+    assert abs(auto.log_evidence - damped.log_evidence) < 1e-6
+
+    from inference.spikeslab import engines
+
+    monkeypatch.setattr(engines, "UNDAMPED_MAX_ITER", 2)  # the undamped run cannot converge in 2 sweeps
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither a fallback warning nor a non-convergence warning
+        fallback = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50)
+    assert fallback.diagnostics["damping_used"] == 0.5 and fallback.diagnostics["converged"]
+    np.testing.assert_allclose(fallback.approximation["inclusion_probability"],
+                               damped.approximation["inclusion_probability"], atol=1e-12)
