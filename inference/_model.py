@@ -192,6 +192,8 @@ def to_chains(flat: dict, num_chains: int) -> dict[str, np.ndarray]:
 
 def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     """Posterior predictive of the observed sites at new inputs, one draw per posterior draw."""
+    from inference.conditional import changed_latents, conditional_draws
+
     model = post.model
     trace = trace_model(model, args, kwargs)
     latent = set(latent_sites(trace))
@@ -199,8 +201,13 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     observed = list(post.observed_data) or [
         n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"] and n not in flat
     ]
+    changed = changed_latents(flat, trace)  # a GP's f at new inputs: conditioned, not substituted
+    if changed:
+        flat.update(conditional_draws(model, post.model_args, post.model_kwargs, flat, changed, args, kwargs,
+                                      jax.random.fold_in(rng_key, 7)))
     pred = Predictive(model, posterior_samples=flat, return_sites=observed, batch_ndims=1)
-    out = pred(rng_key, *args, **kwargs)
+    out = dict(pred(rng_key, *args, **kwargs))
+    out.update({n: flat[n] for n in changed})
     return to_chains({k: np.asarray(v) for k, v in out.items()}, post.num_chains)
 
 
