@@ -104,8 +104,9 @@ def write(args, ep_err, ep_time, ep_time_warm, post, rows):
     lines = ["# EP vs NUTS: probit GP classifier, twonorm, n = %d (2000 test points)" % args.n, "",
              "Command: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/gpc_ep_vs_nuts.py "
              f"--n {args.n} --draws {' '.join(map(str, args.draws))} --nuts-model {args.nuts_model}`", "",
-             "Machine: 2-core CPU shared with other processes (load average ~8), single-threaded XLA/BLAS. "
-             "Times include JIT compilation unless marked warm.", "",
+             f"Machine: 2-core CPU shared with other processes (load average {os.getloadavg()[0]:.1f} at the end), "
+             "single-threaded XLA/BLAS. Times include JIT compilation (the persistent compilation cache may serve "
+             "executables) unless marked warm.", "",
              "| method | draws (warm-up + kept) | test error % | time s | ratio to EP |", "|---|---|---|---|---|",
              f"| EP (parallel, {post.diagnostics.get('iterations')} sweeps) | - | {100 * ep_err:.2f} | "
              f"{ep_time:.1f} (warm {ep_time_warm:.2f}) | 1 |"]
