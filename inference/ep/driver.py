@@ -52,10 +52,11 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         model, *args, **model_kw: the NumPyro program and its own arguments.
         schedule: ``"parallel"`` (all sites at once, damped) or ``"sequential"`` (one at a time).
         damping: fraction of each site update taken, in (0, 1]; 1 is undamped. Lower it if EP
-            oscillates or does not converge. Default (None): 0.5, except for spike-and-slab probit
-            EP with full covariance, which starts undamped and falls back to 0.5, 0.25, ... if a
-            run does not converge (undamped, it converged on all 150 microarray splits in about
-            half the sweeps, to the same fixed point).
+            oscillates or does not converge. Default (None): the parallel schedule runs undamped
+            first and restarts with damping 0.5 if that run does not converge (same fixed point,
+            about half the sweeps where undamped EP converges); the sequential schedule uses 0.5;
+            the Bayes machine and spike-and-slab EPs keep their own defaults (spike-and-slab
+            probit with full covariance also starts undamped).
         tol: convergence threshold on the largest effect of a site update on its marginal
             (relative change of the marginal precision, or mean shift in marginal sds).
         max_iter: maximum number of sweeps.
@@ -104,9 +105,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         return post
     if covariance is not None:
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
-    damping = 0.5 if damping is None else damping
     rec = recognise(model, args, kwargs, trace, seed=seed)
-    state, iterations, skipped, change = _iterate(rec.problem, schedule, damping, tol, max_iter, progress)
+    state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
+                                                                       max_iter, progress)
     converged = bool(change <= tol)
     if not converged:
         warnings.warn(
@@ -137,6 +138,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         "max_site_change": float(change),
         "num_skipped_updates": int(skipped),
         "schedule": schedule,
+        "damping": damping,
         "space": rec.problem.space,
         "site_kinds": dict(rec.site_kinds),
         "sampling_jitter": jitter,
@@ -175,6 +177,24 @@ def _kernel_jitter(trace) -> dict:
     found = {name: float(site["infer"]["kernel_jitter"]) for name, site in trace.items()
              if site.get("type") == "sample" and "kernel_jitter" in (site.get("infer") or {})}
     return {"kernel_jitter": found} if found else {}
+
+
+UNDAMPED_MAX_ITER = 50  # default damping: sweeps allowed undamped before the damped run (0.5) takes over
+
+
+def _default_damping_run(problem, schedule, damping, tol, max_iter, progress):
+    """``_iterate`` plus the damping used. With ``damping=None`` EP first runs undamped (about
+    half the sweeps of damping 0.5 where it converges: 11 vs 28 on a probit GP classifier,
+    n = 500, same fixed point to 2e-6) and, if that run has not converged within
+    `UNDAMPED_MAX_ITER` sweeps or left non-finite sites, restarts damped (0.5) from the prior."""
+    if damping is not None:
+        return (*_iterate(problem, schedule, damping, tol, max_iter, progress), damping)
+    if schedule == "parallel":
+        out = _iterate(problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress)
+        state, change = out[0], float(out[3])
+        if change <= tol and np.all(np.isfinite(np.asarray(state.tau))) and np.all(np.isfinite(np.asarray(state.nu))):
+            return (*out, 1.0)
+    return (*_iterate(problem, schedule, 0.5, tol, max_iter, progress), 0.5)
 
 
 def _iterate(problem, schedule, damping, tol, max_iter, progress):
