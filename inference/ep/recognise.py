@@ -339,7 +339,7 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
         return np.asarray(h_jit(jnp.asarray(eta, dt), per, shared), float)
 
     centre = b + A @ m0
-    spread = np.clip(np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", A, S0, A), 0.0)), 1e-2, 1e2)
+    spread = np.clip(np.sqrt(np.maximum(np.sum((A @ S0) * A, axis=1), 0.0)), 1e-2, 1e2)
     pts = centre[:, None] + spread[:, None] * PROBIT_GRID
     fit = _probit_fit(h_at(pts), pts, dt == jnp.float64)
     if fit is not None:  # h(eta) = log Phi(alpha eta + beta): re-project onto alpha eta + beta
