@@ -140,46 +140,54 @@ def traceable(model, args: tuple, kwargs: dict) -> bool:
     concrete, at a draw of its own latents (once per structure)."""
 
     def compute():
-        from numpyro import handlers
-        from numpyro.infer import init_to_uniform
-        from numpyro.infer.util import log_density
-
-        sp = split(args, kwargs)
-        if not sp.arrays:
+        if not split(args, kwargs).arrays:
             return True
-
-        def draw():  # compiled, not eager: op-by-op dispatch compiles every primitive anew
-            seeded = handlers.seed(model, rng_seed=0)
-            try:
-                trace = handlers.trace(seeded).get_trace(*args, **kwargs)
-            except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
-                sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
-                trace = handlers.trace(sub).get_trace(*args, **kwargs)
-            return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-
-        def with_constants():  # the model sees its concrete data: a draw and its log joint
-            p = draw()
-            return p, log_density(model, args, kwargs, p)[0]
-
-        def both(consts, arrays):  # one program: the constants version, then the traced one
-            p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, consts))
-            a, kw = sp.rebuild(arrays)
-            return lp_const, log_density(model, a, kw, p)[0]
-
         try:
-            # The data the model saw concretely become the jaxpr's constants; passed to the
-            # program as arguments (not embedded in it), the program does not depend on their
-            # values, so the persistent cache serves it for new data of the same shapes (an
-            # embedded copy made a first fit on new data compile it: ~1 s for eight schools).
-            closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
-            out_tree = jax.tree.structure(shapes)
-            concrete, lazy = (np.asarray(v) for v in jax.jit(both)(list(closed.consts), sp.arrays))
+            fn, consts, arrays = check_program(model, args, kwargs)
+            concrete, lazy = (np.asarray(v) for v in fn(consts, arrays))
         except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
             return False
         rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
         return bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
 
     return memo("traceable", model, args, kwargs, compute)
+
+
+def check_program(model, args: tuple, kwargs: dict):
+    """``(fn, consts, arrays)`` for `traceable`: ``fn(consts, arrays)`` is one jitted program that
+    draws the latents and returns the log joint with the data as the model saw them concretely
+    and with the data traced. The concrete data become the jaxpr's constants ``consts`` and are
+    passed as arguments, not embedded, so the program does not depend on their values and the
+    persistent cache serves it for new data of the same shapes (embedded, a first fit on new data
+    compiled it: ~1 s for eight schools)."""
+    from numpyro import handlers
+    from numpyro.infer import init_to_uniform
+    from numpyro.infer.util import log_density
+
+    sp = split(args, kwargs)
+
+    def draw():  # compiled, not eager: op-by-op dispatch compiles every primitive anew
+        seeded = handlers.seed(model, rng_seed=0)
+        try:
+            trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+        except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
+            sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
+            trace = handlers.trace(sub).get_trace(*args, **kwargs)
+        return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+
+    def with_constants():  # the model sees its concrete data: a draw and its log joint
+        p = draw()
+        return p, log_density(model, args, kwargs, p)[0]
+
+    closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
+    out_tree = jax.tree.structure(shapes)
+
+    def both(consts, arrays):  # one program: the constants version, then the traced one
+        p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, consts))
+        a, kw = sp.rebuild(arrays)
+        return lp_const, log_density(model, a, kw, p)[0]
+
+    return jax.jit(both), list(closed.consts), sp.arrays
 
 
 def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):

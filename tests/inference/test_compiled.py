@@ -139,3 +139,22 @@ def test_a_model_that_converts_only_concrete_data_keeps_its_data_constant():
     post = inference.mcmc(model, X, y, num_samples=200, num_warmup=200, num_chains=1, seed=0, progress=False)
     w = post.mean("w")
     assert w[0] > 0.5 and w[1] < -0.5 and post.diagnostics["max_rhat"] < 1.05
+
+
+def test_the_traceability_check_program_does_not_depend_on_the_data_values():
+    """The check's program takes the data as arguments (the concrete version's jaxpr constants
+    included): two data sets of the same shapes lower to the same program text, so the persistent
+    cache serves it for new data; the constants it is given are the new data's."""
+
+    def model(X, y=None):
+        w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+    rng = np.random.default_rng(4)
+    texts = []
+    for _ in range(2):
+        X, y = rng.normal(size=(40, 3)), rng.integers(0, 2, 40)
+        fn, consts, arrays = compiled.check_program(model, (X, y), {})
+        texts.append(fn.lower(consts, arrays).as_text())
+        assert any(np.shape(c) == X.shape and np.allclose(np.asarray(c), X) for c in consts)
+    assert texts[0] == texts[1]
