@@ -145,6 +145,7 @@ def run_dynamax(init, trans, le, lengths, parallel):
 
 
 def main():
+    global REPEATS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="1000,100000,1000000")
     parser.add_argument("--states", default="2,10,50")
@@ -155,7 +156,11 @@ def main():
     parser.add_argument("--batch", default="100,1000,10",
                         help="B,T,K of the padded-batch row ('' to skip): B sequences, lengths in [T/2, T]")
     parser.add_argument("--out", default=None, help="write the markdown table here too")
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="best of this many runs per cell (fewer once a run takes > 5 s); more "
+                             "repeats steady the short cells on a shared machine")
     args = parser.parse_args()
+    REPEATS = args.repeats
     import dynamax
     import hmmlearn
 

@@ -304,6 +304,8 @@ class _Fused(NamedTuple):
     filtered: jax.Array
     marginals: jax.Array
     pair_right: jax.Array | None
+    log_likelihood: jax.Array | None = None  # set by the blocked passes (else the sum of log_norms)
+    counts: jax.Array | None = None  # set by the blocked passes when asked for
 
 
 def _fused_forward(log_init, log_trans, w, shift, mask):
@@ -370,6 +372,27 @@ def _fused_one(log_init, log_trans, log_emission, mask, backward: bool, pairs: b
     return _Fused(log_norms, filtered, marginals, right), ok & ok_b
 
 
+def _use_blocked(num_steps: int, num_states: int) -> bool:
+    """Whether one sequence of this shape runs the blocked passes (:mod:`inference.hmm.blocked`):
+    long sequences with small K, where the sequential loop's per-step overhead dominates. (Not
+    for the filter alone: one sequential forward scan beat the blocked passes' three loops,
+    measured; nor for batches, which ``vmap`` the sequential passes.)"""
+    from inference.hmm import blocked
+
+    return num_steps >= blocked.MIN_STEPS and num_states <= blocked.MAX_STATES
+
+
+def _blocked_one(log_init, log_trans, log_emission, mask, backward: bool, pairs: bool, counts: bool = False,
+                 filtered: bool = True, block=None, chunks=None):
+    """:func:`_fused_one`'s contract by the blocked scheme (O(sqrt T) loop iterations), with the
+    log likelihood and (``counts``) the transition counts filled in."""
+    from inference.hmm import blocked
+
+    r = blocked.blocked_one(log_init, log_trans, log_emission, mask, backward, pairs, counts, filtered, block,
+                            chunks)
+    return _Fused(r.log_norms, r.filtered, r.marginals, r.pair_right, r.log_likelihood, r.counts), r.ok
+
+
 def _fast_pairwise(log_trans, fused):
     """p(z_t = i, z_{t+1} = j | x) (T-1, K, K) from the fused factors."""
     return fused.filtered[:-1, :, None] * jnp.exp(log_trans)[None] * fused.pair_right[:-1, None, :]
@@ -377,6 +400,8 @@ def _fast_pairwise(log_trans, fused):
 
 def _fast_counts(log_trans, fused):
     """sum_t p(z_t = i, z_{t+1} = j | x): one (K, T) x (T, K) contraction over time."""
+    if fused.counts is not None:
+        return fused.counts
     return jnp.exp(log_trans) * lax.dot_general(fused.filtered, fused.pair_right, (((0,), (0,)), ((), ())))
 
 
@@ -387,9 +412,15 @@ def _run(log_init, log_trans, log_emission, mask, what: str, parallel: bool):
         return _run_parallel(log_init, log_trans, log_emission, mask, what)
     backward, pairs = what != "filter", what in ("smooth", "pairwise")
 
+    one = _fused_one
+    if log_emission.ndim == 2 and what != "filter" and _use_blocked(*log_emission.shape):
+        # the blocked passes sum the transition counts in their loop (no (T, K) pair factors)
+        one = partial(_blocked_one, counts=what == "smooth", filtered=what != "fb")
+        pairs = what == "pairwise"
+
     def fast(le, m):
-        fused, ok = _fused_one(log_init, log_trans, le, m, backward, pairs)
-        ll = jnp.sum(fused.log_norms)
+        fused, ok = one(log_init, log_trans, le, m, backward, pairs)
+        ll = jnp.sum(fused.log_norms) if fused.log_likelihood is None else fused.log_likelihood
         if what == "filter":
             out = Filtered(ll, fused.filtered, fused.log_norms)
         elif what == "fb":
