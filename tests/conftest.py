@@ -1,10 +1,15 @@
 """Test configuration: float64 on (exact checks need it), one XLA thread per op (fair, stable
-CPU timings on 2-core machines), no progress bars."""
+CPU timings on 2-core machines), no progress bars, and no persistent compilation cache unless
+``INFERENCE_COMPILATION_CACHE`` is set: every run compiles what it tests, independent of what
+earlier runs left on disk (two full runs on 2026-11-22 each died once with a segmentation fault
+inside XLA:CPU's executable serialize / deserialize of the cache, at random tests, not
+reproducible test by test)."""
 
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
 os.environ.setdefault("INFERENCE_PROGRESS", "0")
+os.environ.setdefault("INFERENCE_COMPILATION_CACHE", "0")
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as `make test` does
     os.environ.setdefault(_var, "1")
 
