@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import types
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -102,6 +103,12 @@ def bayes_machine(X, y=None, *, kernel=None, noise_prior=(1.0, 10.0)):
     """
     X, n, y, kernel = _inputs(X, y, kernel)
     a0, b0 = _checks.positive_pair(noise_prior, "noise_prior")
+    if a0 >= b0:  # (eps, f) and (1 - eps, -f) explain the labels equally well
+        warnings.warn(
+            f"noise_prior=({a0:g}, {b0:g}) has mean {a0 / (a0 + b0):.2f} >= 0.5: a flip rate eps and 1 - eps "
+            f"(with the latent's sign reversed) fit the labels equally well, so the posterior of eps is not "
+            f"pulled below 0.5 (EP stops at E[eps] = 0.5 under Beta(1, 1)); use a prior with mean < 0.5, "
+            f"e.g. the default (1, 10)", UserWarning, stacklevel=2)
     f = _latent(X, n, kernel)
     eps = numpyro.sample("eps", dist.Beta(a0, b0))
     numpyro.sample("y", NoisyStep(f, eps), obs=y)

@@ -1,6 +1,8 @@
 """GP classifier and Bayes machine models (`probmodels.gp`), the NoisyStep likelihood
 (`inference.distributions.NoisyStep`) and width selection by EP evidence (`probmodels.selection`)."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -205,3 +207,14 @@ def test_demo_circle_case_draws_the_decision_boundary(tmp_path):
     assert case.score(post)[1] > 0.9
     paths = case.plot(post, str(tmp_path / "bm"))
     assert paths and all((tmp_path / p.split("/")[-1]).stat().st_size > 1000 for p in paths)
+
+
+def test_bayes_machine_warns_when_the_noise_prior_mean_is_not_below_one_half():
+    """eps and 1 - eps (with f -> -f) fit the labels equally well: a Beta prior with mean >= 0.5
+    cannot pull E[eps] below 0.5, which the model says; the default (1, 10) is silent."""
+    with pytest.warns(UserWarning, match="noise_prior=\\(1, 1\\) has mean 0.50"):
+        trace(bayes_machine, X, Y01, noise_prior=(1.0, 1.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace(bayes_machine, X, Y01)
+        trace(bayes_machine, X, Y01, noise_prior=(2.0, 8.0))
