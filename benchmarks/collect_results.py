@@ -12,6 +12,15 @@ import platform
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+def write_report(path, text: str) -> None:
+    """Write one benchmark's markdown to ``path``, creating its folder (every script's last step)."""
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
 def main():
     parts = [
         "# Benchmark results",

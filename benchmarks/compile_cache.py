@@ -22,6 +22,7 @@ import json, sys, time
 import jax; jax.config.update("jax_enable_x64", True)
 import numpy as np
 import inference, probmodels
+from collect_results import write_report  # noqa: E402
 engine = sys.argv[1]
 rng = np.random.default_rng(0)
 X = rng.normal(size=(500, 5)); y = (X @ np.ones(5) + rng.normal(size=500) > 0).astype(int)
@@ -57,9 +58,7 @@ def main():
     lines += [f"| {e} | {a:.2f} | {b:.2f} | {c:.2f} | {c / a:.2f} |" for e, a, b, c in rows]
     lines += ["", "Reproduce: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compile_cache.py`", ""]
     text = "\n".join(lines)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write(text)
+    write_report(args.out, text)
     print(text)
 
 

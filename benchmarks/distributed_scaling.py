@@ -24,6 +24,7 @@ import platform
 import subprocess
 import sys
 import time
+from collect_results import write_report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEVICES = (1, 2, 4)
@@ -194,9 +195,7 @@ own process with `XLA_FLAGS="--xla_force_host_platform_device_count=D --xla_cpu_
 - **GPU: not measured.** No GPU was lent to this task; the GPU column is empty on purpose. On a GPU
   host the same script runs unchanged (the mesh is built over `jax.devices()`); drop the XLA flag.
 """
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(text)
+    write_report(a.out, text)
     print(text)
 
 

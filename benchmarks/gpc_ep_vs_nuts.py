@@ -40,6 +40,7 @@ import inference  # noqa: E402
 from probmodels import datasets  # noqa: E402
 from probmodels.gp import gp_classifier, latent_predictive  # noqa: E402
 from probmodels.kernels import RBF, gram  # noqa: E402
+from collect_results import write_report  # noqa: E402
 
 
 def whitened(L, y=None):
@@ -113,9 +114,7 @@ def write(args, ep_err, ep_time, ep_time_warm, post, rows):
     for draws, err, t, rhat, ess in rows:
         lines.append(f"| NUTS, {args.nuts_model}, 1 chain (R-hat {rhat:.3f}, min ESS {ess:.0f}) | {draws} + {draws} | "
                      f"{100 * err:.2f} | {t:.1f} | {t / ep_time:.0f}x ({t / ep_time_warm:.0f}x warm) |")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    write_report(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -49,6 +49,7 @@ from inference.lda_vb import Triplets, fit  # noqa: E402
 from probmodels.datasets import load_reuters  # noqa: E402
 from probmodels.lda import lda  # noqa: E402
 from probmodels.text import document_terms, held_out_split, perplexity, top_words  # noqa: E402
+from collect_results import write_report  # noqa: E402
 
 ALPHA, ETA = 0.1, 0.01
 MATCHED = "probmodels online VB (1 start, passes time-matched to scikit-learn online default)"
@@ -188,9 +189,7 @@ def _write(args, sections, load_start):
         "Model for every method: alpha = 0.1, eta = 0.01. Perplexity: document completion on 79 test documents "
         "(same fold-in from each method's topics; lower is better).", "",
     ]
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(header + sections))
+    write_report(args.out, "\n".join(header + sections))
     print(f"written {args.out}")
 
 

@@ -40,6 +40,7 @@ from numpyro.infer import MCMC, NUTS  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import inference  # noqa: E402
+from collect_results import write_report  # noqa: E402
 
 CHAINS, WARMUP, DRAWS = 2, 1000, 1000
 REPEATS = 3
@@ -291,9 +292,7 @@ def main():
     lines += ["", "Reproduce: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py "
               "--stan-python PY` (PY: a Python 3.12 with pystan; httpstan has no 3.13 build)", ""]
     text = "\n".join(lines)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write(text)
+    write_report(args.out, text)
     print(text)
 
 

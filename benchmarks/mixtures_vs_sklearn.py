@@ -53,6 +53,7 @@ jax.config.update("jax_enable_x64", True)
 from inference import mixture_cavi as mc  # noqa: E402
 from probmodels import datasets  # noqa: E402
 from probmodels.mixtures import CAVI_RESTARTS, hyperparameters  # noqa: E402
+from collect_results import write_report  # noqa: E402
 
 TRUNCATION = 20
 STRUCTURE = mc.Structure("full", "stick", False)
@@ -249,9 +250,7 @@ def main():
         "See the module docstring of `benchmarks/mixtures_vs_sklearn.py` for the exact settings.", ""])
     print(text)
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text)
+        write_report(args.out, text)
 
 
 if __name__ == "__main__":
