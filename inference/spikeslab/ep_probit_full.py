@@ -37,15 +37,16 @@ class FullState(NamedTuple):
     lik_nu: jax.Array  # (n,)
     tau: jax.Array  # (d,) prior-site precisions
     nu: jax.Array  # (d,)
-    m: jax.Array  # (d,) mean of Q(w)
-    v: jax.Array  # (d,) diagonal of V
-    mf: jax.Array  # (n,) mean of f - b under Q
-    vf: jax.Array  # (n,) variance of f under Q
+    m: jax.Array  # (d,) mean of w under the Q the last prior-site update used
+    v: jax.Array  # (d,) diagonal of its covariance
+    mf: jax.Array  # (n,) mean of f - b under the current Q
+    vf: jax.Array  # (n,) variance of f under the current Q
     incl: jax.Array
     iteration: jax.Array
     max_change: jax.Array
     num_clipped: jax.Array
     num_skipped: jax.Array
+    K: jax.Array  # (n, n) X diag(1/tau) X^T for the current prior sites, reused by the next sweep
 
 
 def _woodbury(X, lik_tau, tau):
@@ -53,13 +54,17 @@ def _woodbury(X, lik_tau, tau):
     ``K = X Lam^-1 X^T``, so that ``V = Lam^-1 - A^T A`` and ``cov(f) = K - C^T C`` (differences
     of sums of squares: no sign loss), plus ``diag K`` and ``log|B|``. Only n x n factorisations;
     the O(n^2 d) work is two matrix products (no triangular solve with d right-hand sides)."""
-    n = X.shape[0]
-    sq = jnp.sqrt(lik_tau)
     XL = X / tau
     K = XL @ X.T
-    L = jnp.linalg.cholesky(jnp.eye(n) + sq[:, None] * K * sq[None, :])
-    Linv = jax.scipy.linalg.solve_triangular(L, jnp.diag(sq), lower=True)  # L^-1 S^1/2
-    return Linv @ XL, Linv @ K, jnp.diag(K), 2 * jnp.sum(jnp.log(jnp.diag(L)))
+    Linv, logdet_b = _linv(K, lik_tau)
+    return Linv @ XL, Linv @ K, jnp.diag(K), logdet_b
+
+
+def _linv(K, lik_tau):
+    """``L^-1 S^1/2`` (n x n) with ``L L^T = I + S^1/2 K S^1/2``, and ``log|B|``."""
+    sq = jnp.sqrt(lik_tau)
+    L = jnp.linalg.cholesky(jnp.eye(K.shape[0], dtype=K.dtype) + sq[:, None] * K * sq[None, :])
+    return jax.scipy.linalg.solve_triangular(L, jnp.diag(sq), lower=True), 2 * jnp.sum(jnp.log(jnp.diag(L)))
 
 
 def _global(X, lik_tau, lik_nu, tau, nu):
@@ -72,14 +77,33 @@ def _global(X, lik_tau, lik_nu, tau, nu):
     return m, v, X @ m, vf, jnp.sum(jnp.log(tau)) + logdet_b, h
 
 
+def _w_marginals(X, K, lik_tau, lik_nu, tau, nu):
+    """Mean and variances of Q(w) given ``K`` for these prior sites: one n x n x d product."""
+    A = _linv(K, lik_tau)[0] @ (X / tau)
+    h = nu + X.T @ lik_nu
+    return h / tau - A.T @ (A @ h), 1.0 / tau - jnp.sum(A**2, axis=0)
+
+
+def _f_marginals(X, K, lik_tau, lik_nu, tau, nu):
+    """Mean (of f - b) and variances of f = X w under Q, in n x n work given ``K``: the GP-regression
+    form ``E f = mu0 + K (K + S^-1)^-1 (mt - mu0)`` with prior mean ``mu0 = X nu / tau`` and site
+    means ``mt = lik_nu / lik_tau``, and ``cov(f) = K - C^T C``. No ``K^-1`` (``K`` is singular
+    when n > d), and no difference of two large terms in the mean."""
+    Linv, _ = _linv(K, lik_tau)
+    C = Linv @ K
+    mu0 = X @ (nu / tau)
+    mt = jnp.where(lik_tau > 0, lik_nu / jnp.where(lik_tau > 0, lik_tau, 1.0), 0.0)  # Linv's column is 0 where lik_tau = 0
+    return mu0 + C.T @ (Linv @ (mt - mu0)), jnp.diag(K) - jnp.sum(C**2, axis=0)
+
+
 def init(data: ProbitData) -> FullState:
     n, d = data.X.shape
     p = jax.nn.sigmoid(data.logit_p)
     tau, nu = 1.0 / (p * data.slab_var), jnp.zeros(d)
     zn = jnp.zeros(n, data.X.dtype)
-    m, v, mf, vf, _, _ = _global(data.X, zn, zn, tau, nu)
+    K = (data.X / tau) @ data.X.T
     z = jnp.asarray(0, jnp.int32)
-    return FullState(zn, zn, tau, nu, m, v, mf, vf, p, z, jnp.asarray(jnp.inf, data.X.dtype), z, z)
+    return FullState(zn, zn, tau, nu, nu, 1.0 / tau, zn, jnp.diag(K), p, z, jnp.asarray(jnp.inf, data.X.dtype), z, z, K)
 
 
 def _likelihood_targets(state: FullState, data: ProbitData):
@@ -97,21 +121,25 @@ def _likelihood_targets(state: FullState, data: ProbitData):
     return t_new, n_new, ok, log_z, tau_c, nu_c
 
 
-def update(state: FullState, data: ProbitData, damping) -> FullState:
-    """One parallel sweep: every likelihood site and every prior site from the same Q, damped."""
+def update(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
+    """One parallel sweep in two blocks: every likelihood site at once (damped) from the current Q;
+    then every prior site at once from the marginals of w under the Q those new likelihood sites
+    give. Using the refreshed Q for the second block (rather than the Q both blocks started from)
+    takes about a quarter fewer sweeps to the same fixed point at no extra cost per sweep: two
+    n x n x d products (the w marginals, then ``K`` for the new prior sites)."""
     t_new, n_new, ok_l, _, _, _ = _likelihood_targets(state, data)
     mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
-    return _prior_sweep(state, data, damping, mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l),
-                        jnp.sum(~ok_l), state.m, state.v)
+    lik_tau, lik_nu = mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l)
+    m, v = _w_marginals(data.X, state.K, lik_tau, lik_nu, state.tau, state.nu)
+    return _prior_sweep(state, data, damping, lik_tau, lik_nu, jnp.sum(~ok_l), m, v, XT)
 
 
-def update_sequential(state: FullState, data: ProbitData, damping) -> FullState:
+def update_sequential(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
     """One sequential sweep: likelihood sites one at a time, the Gaussian over ``f = X w`` kept
     exactly by rank-one updates (O(n^2) per site), then the prior sites (parallel, damped)."""
-    X = data.X
+    X, K = data.X, state.K
     n = X.shape[0]
-    C = _woodbury(X, state.lik_tau, state.tau)[1]
-    Sf = (X / state.tau) @ X.T - C.T @ C  # cov(f) = K - K S^1/2 B^-1 S^1/2 K
+    Sf = K - (lambda C: C.T @ C)(_linv(K, state.lik_tau)[0] @ K)  # cov(f) = K - K S^1/2 B^-1 S^1/2 K
 
     def body(carry, i):
         lik_tau, lik_nu, Sf, mf, skipped = carry
@@ -134,34 +162,37 @@ def update_sequential(state: FullState, data: ProbitData, damping) -> FullState:
 
     init_c = (state.lik_tau, state.lik_nu, Sf, state.mf, jnp.asarray(0, jnp.int32))
     (lik_tau, lik_nu, _, _, skipped), _ = lax.scan(body, init_c, jnp.arange(n))
-    m, v, _, _, _, _ = _global(X, lik_tau, lik_nu, state.tau, state.nu)
-    return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v)
+    m, v = _w_marginals(X, K, lik_tau, lik_nu, state.tau, state.nu)
+    return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v, XT)
 
 
-def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v) -> FullState:
-    """Prior sites from the marginals ``(m, v)`` of Q (parallel, damped), then the new Q."""
+def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v, XT=None) -> FullState:
+    """Prior sites from the marginals ``(m, v)`` of Q (parallel, damped); then ``K`` and the f
+    marginals of the new Q, which the next sweep's likelihood sites use."""
     tau_c = 1.0 / v - state.tau
     nu_c = m / v - state.nu
     ok_p = tau_c > 0
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
     mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
     tau, nu = mix(tau_new, state.tau, ok_p), mix(nu_new, state.nu, ok_p)
-    m, v, mf, vf, _, _ = _global(data.X, lik_tau, lik_nu, tau, nu)
+    K = (data.X / tau) @ (data.X.T if XT is None else XT)
+    mf, vf = _f_marginals(data.X, K, lik_tau, lik_nu, tau, nu)
     incl = jnp.where(ok_p, t.incl, state.incl)
     change = jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - state.incl), jnp.abs(m - state.m) / jnp.sqrt(v)),
                                  jnp.abs(jnp.log(v / state.v))))
     change = jnp.maximum(change, jnp.max(jnp.abs(mf - state.mf) / jnp.sqrt(vf)))
     skipped = skipped_lik + jnp.sum(~ok_p)
     return FullState(lik_tau, lik_nu, tau, nu, m, v, mf, vf, incl, state.iteration + 1, change,
-                     jnp.sum(clipped & ok_p).astype(jnp.int32), skipped.astype(jnp.int32))
+                     jnp.sum(clipped & ok_p).astype(jnp.int32), skipped.astype(jnp.int32), K)
 
 
 @partial(jax.jit, static_argnames=("sequential",))
 def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False) -> FullState:
     """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v, f) is below ``tol``."""
     step = update_sequential if sequential else update
+    XT = lax.optimization_barrier(data.X.T)  # a contiguous transpose made once per run (XLA would fold it into each product)
     return lax.while_loop(lambda s: (s.iteration < max_iter) & (s.max_change > tol),
-                          lambda s: step(s, data, damping), init(data))
+                          lambda s: step(s, data, damping, XT), init(data))
 
 
 @jax.jit
@@ -183,5 +214,7 @@ def finalize(state: FullState, data: ProbitData):
 def predictive_probability(state: FullState, data: ProbitData, X_new, offset_new):
     """``Phi((x*^T m + b*) / sqrt(1 + x*^T V x*))`` with the full covariance (Woodbury)."""
     A, _, _, _ = _woodbury(data.X, state.lik_tau, state.tau)
+    h = state.nu + data.X.T @ state.lik_nu
+    m = h / state.tau - A.T @ (A @ h)  # the mean of Q(w) for the final sites (state.m lags a half sweep)
     var = jnp.sum(X_new**2 / state.tau, axis=1) - jnp.sum((A @ X_new.T) ** 2, axis=0)
-    return jax.scipy.stats.norm.cdf((X_new @ state.m + offset_new) / jnp.sqrt(1.0 + var))
+    return jax.scipy.stats.norm.cdf((X_new @ m + offset_new) / jnp.sqrt(1.0 + var))

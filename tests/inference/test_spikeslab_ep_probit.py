@@ -13,6 +13,11 @@ from inference.spikeslab import ep_probit, ep_probit_full
 from inference.spikeslab.exact import enumerate_probit
 
 HYPER = (jnp.asarray(0.5), jnp.asarray(1e-9), jnp.asarray(1000))
+# Converged means below FLOOR. On tiny(2) the full-covariance EP cannot get below ~1e-8 in float64:
+# gene 0's prior site is clipped at precision 1e-6, so K = X Lam^-1 X^T holds 1e6-sized terms whose
+# Woodbury difference is an O(0.1) posterior variance (8 digits lost). Its sweep-to-sweep change
+# fluctuates between 3e-9 and 3e-8 from sweep ~50 on, with either parallel schedule.
+FLOOR = 1e-7
 
 
 def tiny(seed):
@@ -35,7 +40,7 @@ def test_against_exact_enumeration(seed, module, incl_tol, ev_tol):
     data = ep_probit.make_data(X, y, slab_var=s2, p_incl=p)
     state = module.run(data, *HYPER)
     out = module.finalize(state, data)
-    assert float(state.max_change) < 1e-9
+    assert float(state.max_change) < FLOOR
     assert np.max(np.abs(np.asarray(out[2]) - ex.inclusion)) < incl_tol
     assert abs(float(out[5]) - ex.log_evidence) < ev_tol
 
@@ -54,7 +59,7 @@ def test_full_sequential_and_parallel_same_fixed_point():
     X, y = tiny(2)
     data = ep_probit.make_data(X, y, slab_var=np.ones(3), p_incl=np.full(3, 0.3))
     par, seq = ep_probit_full.run(data, *HYPER), ep_probit_full.run(data, *HYPER, sequential=True)
-    assert float(par.max_change) < 1e-9 and float(seq.max_change) < 1e-9
+    assert float(par.max_change) < FLOOR and float(seq.max_change) < FLOOR
     np.testing.assert_allclose(np.asarray(par.incl), np.asarray(seq.incl), atol=1e-7)
     np.testing.assert_allclose(np.asarray(par.m), np.asarray(seq.m), atol=1e-7)
     np.testing.assert_allclose(np.asarray(par.v), np.asarray(seq.v), atol=1e-7)
