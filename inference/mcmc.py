@@ -87,6 +87,7 @@ def mcmc(
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
     latent = set(_model.latent_sites(trace))
+    loglik_flat = None
     if _model.discrete_latent_sites(trace):
         samples_flat, sample_stats = _run_discrete(model, args, kwargs, seed, target_accept,
                                                    max_tree_depth, chain_method, progress, **common)
@@ -94,12 +95,13 @@ def mcmc(
     else:
         if chain_method == "parallel" and jax.local_device_count() < num_chains:
             chain_method = "sequential"  # as NumPyro does, without its warning
-        draws, stats = run_nuts(
+        draws, stats, loglik_chains = run_nuts(
             model, args, kwargs, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
             num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
-            max_tree_depth=max_tree_depth, init_values=_model.init_values(model, args, kwargs, seed),
-            progress=progress)
-        samples_flat = {k: v.reshape((-1,) + v.shape[2:]) for k, v in draws.items()}
+            max_tree_depth=max_tree_depth, latent=latent,
+            init_values=_model.init_values(model, args, kwargs, seed), progress=progress)
+        flatten = lambda tree: {k: v.reshape((-1,) + v.shape[2:]) for k, v in tree.items()}  # noqa: E731
+        samples_flat, loglik_flat = flatten(draws), flatten(loglik_chains)
         sample_stats = {"lp": -stats.pop("potential_energy")}
         rename = {"diverging": "diverging", "num_steps": "n_steps", "accept_prob": "acceptance_rate",
                   "energy": "energy"}
@@ -107,7 +109,7 @@ def mcmc(
         sampler_name = "nuts"
 
     samples, loglik, observed = _model.finish_samples(
-        model, samples_flat, args, kwargs, jax.random.PRNGKey(seed + 1), num_chains, trace=trace
+        model, samples_flat, args, kwargs, seed + 1, num_chains, trace=trace, loglik=loglik_flat
     )
     diagnostics = convergence_diagnostics(
         {k: v for k, v in samples.items() if k in latent}, sample_stats.get("diverging")
