@@ -156,6 +156,22 @@ def pointwise_log_likelihood(model, flat_samples, args, kwargs) -> dict[str, np.
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def log_joint(model, flat_samples, args, kwargs) -> np.ndarray:
+    """``log p(draw, y)`` of each flat draw (the ``lp`` sample statistic), one program per model
+    structure with the data as arguments (a closure over the data recompiles on every call:
+    ~0.25 s per EP fit)."""
+    from numpyro.infer.util import log_density
+
+    def build(rebuild):
+        def run(arrays, samples):
+            a, kw = rebuild(arrays)
+            return jax.vmap(lambda p: log_density(model, a, kw, p)[0])(samples)
+
+        return jax.jit(run)
+
+    return np.asarray(compiled.call("logjoint", model, args, kwargs, (), build, _as_jax(flat_samples)))
+
+
 def _as_jax(tree: dict) -> dict:
     return {k: jnp.asarray(v) for k, v in tree.items()}
 

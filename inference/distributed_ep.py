@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from numpyro.infer.util import log_density
 from numpyro.primitives import Messenger
 
 from inference import _model, _options
@@ -268,8 +267,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     draws = mean + eps @ L.T
     log_q = -0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L))) - 0.5 * d * np.log(2 * np.pi)
     flat = {name: draws.reshape((num_samples,) + np.shape(trace[name]["value"]))}
-    lp = np.asarray(jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(
-        {name: jnp.asarray(flat[name])}))
+    lp = _model.log_joint(model, flat, args, kwargs)
     samples, log_lik, observed_data = _model.finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1)
     diagnostics = {
         "converged": converged, "iterations": int(it), "max_change": float(change),

@@ -29,7 +29,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-from numpyro.infer.util import log_density
 
 from inference import _model
 from inference.posterior import Posterior
@@ -209,7 +208,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     if parts.learn_noise:
         flat[parts.eps_site] = eps.reshape(-1)
     samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, k_fin, num_chains)
-    lp = jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(flat)
+    lp = _model.log_joint(model, flat, args, kwargs)
     sample_stats = {"lp": np.asarray(lp).reshape(num_chains, num_samples),
                     "n_steps": np.asarray(info.num_shrinks[:, num_warmup:]) + thinning,
                     "num_disagree": np.asarray(info.num_disagree[:, num_warmup:])}

@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
-from numpyro.infer.util import log_density
 
 from inference import _model
 from inference._special import _base
@@ -167,7 +166,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
         eps = q_eps.sample(k_e, (num_samples,))
         flat[parts.eps_site] = eps
         log_q = log_q + q_eps.log_prob(eps)
-    lp = jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(flat)
+    lp = _model.log_joint(model, flat, args, kwargs)
     samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, k_fin, 1)
     diagnostics = {
         "converged": bool(res.converged), "iterations": int(res.num_iter),

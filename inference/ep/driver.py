@@ -19,10 +19,9 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer.util import log_density
 
 from inference import _options, _special
-from inference._model import finish_samples, observed_sites, trace_model
+from inference._model import finish_samples, log_joint, observed_sites, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
@@ -129,8 +128,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     log_q = (-0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L)))
              - 0.5 * mean_u.size * np.log(2 * np.pi))
     flat = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((num_samples,) + b.shape) for b in rec.blocks}
-    lp = np.asarray(jax.jit(jax.vmap(lambda p: log_density(model, args, kwargs, p)[0]))(
-        {k: jnp.asarray(v) for k, v in flat.items()}))
+    lp = log_joint(model, flat, args, kwargs)
     samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1)
     diagnostics = {
         "converged": converged,
