@@ -73,7 +73,7 @@ def main():
         # the approximation's covariance adds A^T Sigma A to the conditional variance
         K = np.asarray(gram(k, s.X_train)[0])
         A = np.linalg.solve(K, np.asarray(k(s.X_test, s.X_train)).T)
-        v = v + np.einsum("ij,ik,kj->j", A, post.approximation["cov"], A)
+        v = v + np.sum(A * (post.approximation["cov"] @ A), axis=0)  # diag(A^T Sigma A) by BLAS (einsum: 0.3 s)
         err = test_error(norm.cdf(m[0] / np.sqrt(1.0 + v)), s.y_test)
         return post, err, time.perf_counter() - t0
 
