@@ -345,6 +345,38 @@ def _structure_key(eqns, frontier, consts, output) -> str:
     return "\n".join(lines)
 
 
+_PROGRAMS: dict = {}  # jitted graph programs by structural key: a model refitted (new data of the
+# same shapes, distributed EP's shards) reuses them instead of compiling a closure per call
+_MAX_PROGRAMS = 256
+
+
+def graph_key(g: Graph) -> str:
+    """Structural fingerprint of ``g``: its equations (primitive, parameters, operand ids,
+    literals) and the shapes and dtypes of its inputs and constants, not the constants' values.
+    Two traces of one model on data of the same shapes get equal keys and equal variable ids
+    (:func:`flatten` numbers variables in trace order)."""
+    if "_key" not in g.__dict__:
+        def nm(x):
+            return f"lit({np.asarray(x.value).dtype}:{np.asarray(x.value).tolist()!r})" if isinstance(x, Lit) else str(x)
+
+        lines = [f"{e.outs} = {e.prim.name}[{','.join(f'{k}={e.params[k]!r}' for k in sorted(e.params))}] "
+                 f"{' '.join(nm(x) for x in e.ins)}" for e in g.eqns]
+        lines.append(f"in {[(i, str(g.avals[i])) for i in g.inputs]} out {[nm(o) for o in g.outputs]}")
+        lines.append(f"consts {[(i, str(g.avals[i])) for i in sorted(g.consts)]}")
+        g.__dict__["_key"] = "\n".join(lines)
+    return g.__dict__["_key"]
+
+
+def program(key, make):
+    """``make()`` (a jitted function) once per ``key``."""
+    fn = _PROGRAMS.get(key)
+    if fn is None:
+        if len(_PROGRAMS) >= _MAX_PROGRAMS:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+        fn = _PROGRAMS[key] = make()
+    return fn
+
+
 def const_env(g: Graph, tags: dict, targets) -> dict:
     """Values of every constant (u-independent) ancestor of ``targets``, and of the targets
     that are constant: computed once (in one compiled call), then passed as ``known`` to
@@ -374,7 +406,7 @@ def const_env(g: Graph, tags: dict, targets) -> dict:
         return {o: vals[o] for k in order for o in g.eqns[k].outs}
 
     consts = {k: jnp.asarray(v) for k, v in g.consts.items()}
-    out = jax.jit(run)(consts) if order else {}
+    out = program(("const_env", graph_key(g), tuple(order)), lambda: jax.jit(run))(consts) if order else {}
     return {**consts, **out}
 
 

@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -41,9 +42,11 @@ from numpyro import handlers
 from scipy.linalg import block_diag
 from scipy.special import ndtri
 
+from inference import compiled
 from inference._model import latent_sites, observed_sites
 from inference.ep.gaussian import LatentMap
-from inference.ep.graph import NotElementwise, SiteLink, const_env, evaluate, flatten, link_constants, split, tag
+from inference.ep.graph import (NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key, link_constants,
+                                program, split, tag)
 from inference.ep.problem import EPProblem, SiteGroup
 
 GAUSSIAN_PRIORS = (dist.Normal, dist.MultivariateNormal, dist.LowRankMultivariateNormal)
@@ -136,16 +139,21 @@ def prior_of(model, args, kwargs, blocks, values=None, seed=0):
     """Prior (m0, S0) of the concatenated latent blocks, from one compiled run of the model (with
     the latent sites set to ``values`` if given); a ValueError names a non-Gaussian or NaN site.
     ``values`` may be a list of such dicts (one compilation for all): a list of (m0, S0) returns."""
-    def run(values):
-        tr = run_with(model, args, kwargs, values, seed)
-        parts = [gaussian_prior(b.name, tr[b.name]) for b in blocks]
-        return [p[0] for p in parts], [p[1] for p in parts]
+    def build(rebuild):  # kept per model structure, the data as arguments (see inference.compiled)
+        def run(arrays, values):
+            a, kw = rebuild(arrays)
+            tr = run_with(model, a, kw, values, seed)
+            parts = [gaussian_prior(b.name, tr[b.name]) for b in blocks]
+            return [p[0] for p in parts], [p[1] for p in parts]
+
+        return jax.jit(run)
 
     many = isinstance(values, list)
-    fn = jax.jit(run)
+    fn, arrays = compiled.get("ep-prior", model, args, kwargs,
+                              (tuple((b.name, b.shape) for b in blocks), seed), build)
     out = []
     for vals in (values if many else [values or {}]):
-        means, covs = fn(vals)
+        means, covs = fn(arrays, vals)
         for b, m, c in zip(blocks, means, covs):
             if not (np.all(np.isfinite(np.asarray(m))) and np.all(np.isfinite(np.asarray(c)))):
                 raise ValueError(f"latent site {b.name!r}: its prior mean or covariance has NaN or inf entries")
@@ -259,12 +267,18 @@ def _projection(name, g, env, frontier, n, D, u_test):
     dt = _float()
     maps = []
     for f in frontier:
-        def fun(u, f=f):
-            return jnp.ravel(evaluate(g, [f], inputs=[u], known=env)[0]).astype(dt)
+        def make(f=f):  # the graph's constants are arguments: kept per structure, not per call
+            def fun(u, env):
+                return jnp.ravel(evaluate(g, [f], inputs=[u], known=env)[0]).astype(dt)
 
-        zero = jnp.zeros(D, dt)
-        Af, bf, got = (np.asarray(x) for x in jax.jit(
-            lambda u1: (jax.jacfwd(fun)(zero), fun(zero), fun(u1)))(jnp.asarray(u_test, dt)))
+            def run(u1, env):
+                zero = jnp.zeros(D, dt)
+                return jax.jacfwd(fun)(zero, env), fun(zero, env), fun(u1, env)
+
+            return jax.jit(run)
+
+        fn = program(("projection", graph_key(g), f, tuple(sorted(env)), D, str(dt)), make)
+        Af, bf, got = (np.asarray(x) for x in fn(jnp.asarray(u_test, dt), env))
         if not (np.all(np.isfinite(Af)) and np.all(np.isfinite(bf))):
             raise ValueError(
                 f"observed site {name!r}: the projection of the latent onto its observations has NaN or inf "
@@ -317,6 +331,14 @@ def _probit_fit(h, t, double):
     return alpha, beta
 
 
+@partial(jax.jit, static_argnums=0)
+def _h_jit(site_link, eta, per, shared):
+    """The link ``h`` at ``eta`` (n, k) for every site; compiled per link structure (a `SiteLink`
+    hashes by structure), so a refit reuses it."""
+    one = lambda e, c: jax.vmap(lambda x: site_link(x, c, shared))(e)  # noqa: E731
+    return jax.vmap(one)(eta, per)
+
+
 def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
     """(group, A, b): probit, Gaussian or quadrature sites, decided from the log-likelihood's
     values; a probit site's projection is rescaled so that its likelihood is ``Phi(eta)``."""
@@ -330,17 +352,16 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
     site_link = SiteLink(link, layout)
     tol = 1e-8 if dt == jnp.float64 else 1e-3
 
-    @jax.jit
-    def h_jit(eta, per, shared):  # eta: (n, k) -> (n, k)
-        one = lambda e, c: jax.vmap(lambda x: site_link(x, c, shared))(e)  # noqa: E731
-        return jax.vmap(one)(eta, per)
-
     def h_at(eta):
-        return np.asarray(h_jit(jnp.asarray(eta, dt), per, shared), float)
+        return np.asarray(_h_jit(site_link, jnp.asarray(eta, dt), per, shared), float)
 
     centre = b + A @ m0
     spread = np.clip(np.sqrt(np.maximum(np.sum((A @ S0) * A, axis=1), 0.0)), 1e-2, 1e2)
-    pts = centre[:, None] + spread[:, None] * PROBIT_GRID
+    # points around each site's prior mean, plus a fixed grid around 0: a tight prior far from 0
+    # (distributed EP's cavities: |eta| > 5 over the whole local grid) leaves no point where the
+    # probit inversion is accurate, and a probit site would fall back to quadrature
+    pts = np.sort(np.concatenate([centre[:, None] + spread[:, None] * PROBIT_GRID,
+                                  np.broadcast_to(PROBIT_GRID, (n, PROBIT_GRID.size))], axis=1), axis=1)
     fit = _probit_fit(h_at(pts), pts, dt == jnp.float64)
     if fit is not None:  # h(eta) = log Phi(alpha eta + beta): re-project onto alpha eta + beta
         alpha, beta = fit

@@ -78,6 +78,35 @@ def test_probit_is_recognised_however_it_is_written(form):
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
+def test_probit_is_recognised_under_a_tight_prior_far_from_zero():
+    """A prior so tight and so far from 0 that |eta| > 5 at every point of each site's local grid
+    (distributed EP's cavities late in a run): the probit is still read as a probit, from the
+    fixed grid around 0, not handed to quadrature (which left local EP at a ~1.5e-6 noise floor,
+    above its tol, so every local fit ran its 200 sweeps)."""
+
+    def tight(X, y=None):
+        w = numpyro.sample("w", dist.Normal(6.0, 0.003).expand([X.shape[1]]).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(X @ w)), obs=y)
+
+    Xp = np.abs(X) + 0.5  # every eta_i = x_i^T w is above 6 * 1.5 = 9 under the prior
+    rec = read(tight, Xp, Y01)
+    assert rec.site_kinds == {"y": "probit"}
+
+
+def test_refit_on_new_data_reuses_the_recognition_programs():
+    """Recognition's programs (constants, projections, link values, prior) are kept per model
+    structure with the data as arguments: a second data set of the same shapes adds none, and
+    gets its own projection (not the first data set's)."""
+    from inference.ep import graph, recognise as rec_module
+
+    read(logistic_with_bias, X, Y01)
+    kept, links = len(graph._PROGRAMS), rec_module._h_jit._cache_size()
+    X2 = np.random.default_rng(5).normal(size=X.shape)
+    rec = read(logistic_with_bias, X2, Y01)
+    assert len(graph._PROGRAMS) == kept and rec_module._h_jit._cache_size() == links
+    np.testing.assert_allclose(rec.A, np.column_stack([X2, np.ones(12)]), atol=1e-12)
+
+
 def test_probit_forms_give_the_same_posterior():
     ref = ep(probit_model("Phi"), X, Y01, tol=1e-10, progress=False, num_samples=10)
     for form in ("factor", "logits"):
