@@ -128,7 +128,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
         >>> import numpy as np, inference, probmodels
         >>> X = np.random.default_rng(0).normal(size=(400, 2)); y = (X[:, 0] > 0).astype(int)
         >>> post = inference.distributed_ep(probmodels.probit_regression, X, y, num_shards=4,
-        ...                                 local_engine="laplace", progress=False)
+        ...                                 progress=False)
         >>> post.diagnostics["converged"], post.diagnostics["num_shards"]
         (True, 4)
     """
