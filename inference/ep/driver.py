@@ -65,8 +65,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         num_samples: draws from the EP Gaussian stored as ``samples`` (one chain).
         seed: seeds the draws (and the model's trace).
         progress: tqdm bar over sweeps; default on unless ``INFERENCE_PROGRESS=0``.
-        covariance: spike-and-slab models only: ``"full"`` (default there; O(n^2 d) per sweep,
-            closest to MCMC) or ``"factorized"`` (the thesis' fully factorised O(n d) EP).
+        covariance: spike-and-slab models only: ``"full"`` (default there in float64; O(n^2 d) per
+            sweep, closest to MCMC) or ``"factorized"`` (the thesis' fully factorised O(n d) EP; the
+            default in float32, where the full form's Woodbury updates do not converge).
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
@@ -108,7 +109,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     if covariance is not None:
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
-    tol = working_tol(tol, rec.problem.offset.dtype)
+    tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
                                                                        max_iter, progress)
     converged = bool(change <= tol)
@@ -167,23 +168,12 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     which call it many times on the same structure (one compilation)."""
     trace = trace_model(model, args, kwargs, seed=seed)
     rec = recognise(model, args, kwargs, trace, seed=seed)
-    tol = working_tol(tol, rec.problem.offset.dtype)
+    tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, _, _, change = _iterate(rec.problem, schedule, damping, tol, max_iter, False)
     log_z, ok = log_evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return mean_u, cov_u, log_z, bool(float(change) <= tol)
-
-
-TOL_FLOOR_EPS = 30  # the smallest usable tol, in machine epsilons of the working precision
-
-
-def working_tol(tol: float, dtype) -> float:
-    """``tol``, raised to `TOL_FLOOR_EPS` epsilons of ``dtype``: in float32 (JAX's default) the
-    round-off of a sweep moves sites by ~5e-7 (closed-form probit) to ~1.5e-6 (quadrature) of
-    their marginals, so a tol of 1e-6 is met by chance or never (logistic regression, n = 300:
-    95 sweeps at 1e-6, 10 at 3.6e-6; 9 in float64). In float64 the floor is 6.7e-15."""
-    return max(float(tol), TOL_FLOOR_EPS * float(np.finfo(np.dtype(dtype)).eps))
 
 
 def _kernel_jitter(trace) -> dict:
