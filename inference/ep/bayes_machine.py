@@ -55,6 +55,8 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
+from inference import _options
+
 SCHEDULES = ("parallel", "sequential")
 NEGATIVE_SITES = ("clip", "allow")
 MAX_DAMPING_RAISES = 2
@@ -404,6 +406,7 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     if negative_sites not in NEGATIVE_SITES:
         raise ValueError(f"negative_sites must be one of {NEGATIVE_SITES}, got {negative_sites!r}")
     L, jitter = cholesky_jitter(K, "K")
+    tol = _options.working_tol(tol, L.dtype)  # float32: round-off alone moves the sites by ~1e-6
     n = L.shape[0]
     t = jnp.asarray(labels_pm1(y, n, "y"), dtype=L.dtype)
     offset = jnp.zeros(n, L.dtype) if prior_mean is None else jnp.broadcast_to(jnp.asarray(prior_mean, L.dtype), (n,))
