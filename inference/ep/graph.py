@@ -395,15 +395,16 @@ def const_env(g: Graph, tags: dict, targets) -> dict:
             needed.add(k)
         stack.extend(i for i in g.eqns[k].ins if not isinstance(i, Lit))
     order = sorted(needed)
+    eqns = g.eqns  # not g: the kept program must not hold the graph's constants (the data)
 
     def run(consts):
         vals = dict(consts)
         for k in order:
-            eqn = g.eqns[k]
+            eqn = eqns[k]
             ins = [x.value if isinstance(x, Lit) else vals[x] for x in eqn.ins]
             for o, v in zip(eqn.outs, _bind(eqn, ins)):
                 vals[o] = v
-        return {o: vals[o] for k in order for o in g.eqns[k].outs}
+        return {o: vals[o] for k in order for o in eqns[k].outs}
 
     consts = {k: jnp.asarray(v) for k, v in g.consts.items()}
     out = program(("const_env", graph_key(g), tuple(order)), lambda: jax.jit(run))(consts) if order else {}

@@ -45,8 +45,8 @@ from scipy.special import ndtri
 from inference import compiled
 from inference._model import latent_sites, observed_sites
 from inference.ep.gaussian import LatentMap
-from inference.ep.graph import (NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key, link_constants,
-                                program, split, tag)
+from inference.ep.graph import (Graph, NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key,
+                                link_constants, program, split, tag)
 from inference.ep.problem import EPProblem, SiteGroup
 
 GAUSSIAN_PRIORS = (dist.Normal, dist.MultivariateNormal, dist.LowRankMultivariateNormal)
@@ -266,10 +266,12 @@ def _projection(name, g, env, frontier, n, D, u_test):
     """(A, b) with eta = A u + b for the n observations of a site, checked affine."""
     dt = _float()
     maps = []
+    light = Graph(g.eqns, g.inputs, g.outputs, {}, g.avals)  # the kept program must not hold the data
+    light.__dict__["_key"] = graph_key(g)
     for f in frontier:
-        def make(f=f):  # the graph's constants are arguments: kept per structure, not per call
+        def make(f=f):  # the graph's constants are arguments (in env): kept per structure, not per call
             def fun(u, env):
-                return jnp.ravel(evaluate(g, [f], inputs=[u], known=env)[0]).astype(dt)
+                return jnp.ravel(evaluate(light, [f], inputs=[u], known=env)[0]).astype(dt)
 
             def run(u1, env):
                 zero = jnp.zeros(D, dt)
