@@ -230,14 +230,15 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
 def finish_samples(model, flat_samples, args, kwargs, rng_key, num_chains, trace=None, loglik=None):
     """From flat latent draws (constrained space) to the Posterior's samples, log likelihood and
     observed data: adds deterministic and recovered sites, reshapes to (chain, draw). ``rng_key``:
-    a key, or an int seed for one (made only if needed). ``trace``:
-    the engine's eager trace of the model, when it has one; ``loglik``: the flat pointwise log
-    likelihood, when the engine computed it with the draws."""
+    a key, or an int seed for one (made only if needed); ``trace``: the engine's eager trace of
+    the model, when it has one; ``loglik``: the flat pointwise log likelihood, when the engine
+    computed it with the draws."""
     trace = trace if trace is not None else trace_model(model, args, kwargs)
     rec_names = recovered_site_names(model, args, kwargs, trace=trace)
     det_names = [n for n in deterministic_sites(trace) if n not in flat_samples]
     flat = {k: jnp.asarray(v) for k, v in flat_samples.items()}
     latent_only = {k: v for k, v in flat.items() if k in set(latent_sites(trace))}
+
     def key(i):  # derived only when used: eager key ops compile (~0.02 s each) in a new process
         return jax.random.fold_in(jax.random.PRNGKey(rng_key) if isinstance(rng_key, int) else rng_key, i)
 

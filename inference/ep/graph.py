@@ -331,18 +331,21 @@ def _structure_key(eqns, frontier, consts, output) -> str:
     names.update({c: f"c{k}" for k, c in enumerate(consts)})
 
     def nm(x):
-        if isinstance(x, Lit):
-            return f"lit({np.asarray(x.value).dtype}:{np.asarray(x.value).tolist()!r})"
-        return names.setdefault(x, f"v{len(names)}")
+        return _lit_name(x) if isinstance(x, Lit) else names.setdefault(x, f"v{len(names)}")
 
-    lines = []
-    for e in eqns:
-        params = ",".join(f"{k}={e.params[k]!r}" for k in sorted(e.params))
-        ins = " ".join(nm(x) for x in e.ins)
-        outs = " ".join(nm(x) for x in e.outs)
-        lines.append(f"{outs} = {e.prim.name}[{params}] {ins}")
+    lines = [_eqn_line(e, nm) for e in eqns]
     lines.append(f"out {nm(output)}")
     return "\n".join(lines)
+
+
+def _lit_name(x: Lit) -> str:
+    return f"lit({np.asarray(x.value).dtype}:{np.asarray(x.value).tolist()!r})"
+
+
+def _eqn_line(e: Eqn, nm) -> str:
+    """One equation as text (primitive, parameters, operands named by ``nm``), for structural keys."""
+    params = ",".join(f"{k}={e.params[k]!r}" for k in sorted(e.params))
+    return f"{' '.join(nm(x) for x in e.outs)} = {e.prim.name}[{params}] {' '.join(nm(x) for x in e.ins)}"
 
 
 _PROGRAMS: dict = {}  # jitted graph programs by structural key: a model refitted (new data of the
@@ -357,10 +360,9 @@ def graph_key(g: Graph) -> str:
     (:func:`flatten` numbers variables in trace order)."""
     if "_key" not in g.__dict__:
         def nm(x):
-            return f"lit({np.asarray(x.value).dtype}:{np.asarray(x.value).tolist()!r})" if isinstance(x, Lit) else str(x)
+            return _lit_name(x) if isinstance(x, Lit) else str(x)
 
-        lines = [f"{e.outs} = {e.prim.name}[{','.join(f'{k}={e.params[k]!r}' for k in sorted(e.params))}] "
-                 f"{' '.join(nm(x) for x in e.ins)}" for e in g.eqns]
+        lines = [_eqn_line(e, nm) for e in g.eqns]
         lines.append(f"in {[(i, str(g.avals[i])) for i in g.inputs]} out {[nm(o) for o in g.outputs]}")
         lines.append(f"consts {[(i, str(g.avals[i])) for i in sorted(g.consts)]}")
         g.__dict__["_key"] = "\n".join(lines)

@@ -267,7 +267,6 @@ def _projection(name, g, env, frontier, n, D, u_test):
     dt = _float()
     maps = []
     light = Graph(g.eqns, g.inputs, g.outputs, {}, g.avals)  # the kept program must not hold the data
-    light.__dict__["_key"] = graph_key(g)
     for f in frontier:
         def make(f=f):  # the graph's constants are arguments (in env): kept per structure, not per call
             def fun(u, env):

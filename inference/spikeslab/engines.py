@@ -64,8 +64,8 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
     default in float64; O(n^2 d) per sweep, keeps weight correlations) or ``"factorized"``
     (thesis ch. 7, O(n d) per sweep; the default in float32, where the full form's Woodbury
     updates lose most of their digits and do not converge: a leukemia split stalls at a change
-    of ~1e-4 after 200 sweeps, and converges in 19 in float64). ``damping`` is the step size in (0, 1] (1 = undamped); evidence method
-    ``"ep"``; draws come from the spike-and-slab family of the tilted marginals, with ``lp`` and
+    of ~1e-4 after 200 sweeps, and converges in 19 in float64). ``damping`` is the step size in
+    (0, 1] (1 = undamped); evidence method ``"ep"``; draws come from the spike-and-slab family of the tilted marginals, with ``lp`` and
     ``log_q`` for LOO. ``progress`` is accepted and ignored (one compiled loop, seconds)."""
     if schedule not in ("parallel", "sequential"):
         raise ValueError(f"schedule: needs 'parallel' or 'sequential', got {schedule!r}")

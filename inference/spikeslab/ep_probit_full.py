@@ -67,21 +67,23 @@ def _linv(K, lik_tau):
     return jax.scipy.linalg.solve_triangular(L, jnp.diag(sq), lower=True), 2 * jnp.sum(jnp.log(jnp.diag(L)))
 
 
+def _w_moments(A, X, lik_nu, tau, nu):
+    """Mean and variances of Q(w) from ``A`` (see `_woodbury`), and ``h = V^-1 m``."""
+    h = nu + X.T @ lik_nu
+    return h / tau - A.T @ (A @ h), 1.0 / tau - jnp.sum(A**2, axis=0), h
+
+
 def _global(X, lik_tau, lik_nu, tau, nu):
     """Moments of Q(w) and of f = X w, ``log|V^-1|`` and ``h = V^-1 m``."""
     A, C, k_diag, logdet_b = _woodbury(X, lik_tau, tau)
-    v = 1.0 / tau - jnp.sum(A**2, axis=0)
-    h = nu + X.T @ lik_nu
-    m = h / tau - A.T @ (A @ h)
+    m, v, h = _w_moments(A, X, lik_nu, tau, nu)
     vf = k_diag - jnp.sum(C**2, axis=0)
     return m, v, X @ m, vf, jnp.sum(jnp.log(tau)) + logdet_b, h
 
 
 def _w_marginals(X, K, lik_tau, lik_nu, tau, nu):
     """Mean and variances of Q(w) given ``K`` for these prior sites: one n x n x d product."""
-    A = _linv(K, lik_tau)[0] @ (X / tau)
-    h = nu + X.T @ lik_nu
-    return h / tau - A.T @ (A @ h), 1.0 / tau - jnp.sum(A**2, axis=0)
+    return _w_moments(_linv(K, lik_tau)[0] @ (X / tau), X, lik_nu, tau, nu)[:2]
 
 
 def _f_marginals(X, K, lik_tau, lik_nu, tau, nu):
@@ -213,8 +215,7 @@ def finalize(state: FullState, data: ProbitData):
 @jax.jit
 def predictive_probability(state: FullState, data: ProbitData, X_new, offset_new):
     """``Phi((x*^T m + b*) / sqrt(1 + x*^T V x*))`` with the full covariance (Woodbury)."""
-    A, _, _, _ = _woodbury(data.X, state.lik_tau, state.tau)
-    h = state.nu + data.X.T @ state.lik_nu
-    m = h / state.tau - A.T @ (A @ h)  # the mean of Q(w) for the final sites (state.m lags a half sweep)
+    A = _linv(state.K, state.lik_tau)[0] @ (data.X / state.tau)  # state.K is K for state.tau
+    m = _w_moments(A, data.X, state.lik_nu, state.tau, state.nu)[0]  # for the final sites (state.m lags)
     var = jnp.sum(X_new**2 / state.tau, axis=1) - jnp.sum((A @ X_new.T) ** 2, axis=0)
     return jax.scipy.stats.norm.cdf((X_new @ m + offset_new) / jnp.sqrt(1.0 + var))
