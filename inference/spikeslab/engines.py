@@ -123,7 +123,11 @@ def _ep_diag(states, tol, incl, extra):
     max_change = float(np.max(np.asarray(states.max_change)))
     iterations = int(np.max(np.asarray(states.iteration)))
     if not max_change <= tol:
-        _not_converged("spike-and-slab EP", iterations, max_change, tol,
+        where = ""
+        if "grid_points" in extra:  # which precision-grid points, and how much posterior weight they hold
+            where = (f" at {extra['grid_points_not_converged']} of {extra['grid_points']} noise-precision grid points "
+                     f"holding {100 * extra['grid_weight_not_converged']:.3g}% of the weight")
+        _not_converged(f"spike-and-slab EP{where}", iterations, max_change, tol,
                        f"try a smaller damping (e.g. damping={extra['damping'] / 2:g}) or a larger max_iter")
     return {"converged": bool(max_change <= tol), "iterations": iterations, "max_site_change": max_change,
             "num_clipped_sites": int(np.max(np.asarray(states.num_clipped))),
@@ -176,10 +180,6 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
 
 
 def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common):
-    d = prob.num_features
-    if seq and d > ep_regression.MAX_SEQUENTIAL_FEATURES:
-        raise ValueError(f"schedule: 'sequential' stores the d x d covariance; d = {d} > "
-                         f"{ep_regression.MAX_SEQUENTIAL_FEATURES}, use 'parallel'")
     k1, k2 = jax.random.split(key)
     if prob.noise_prior is None:
         data = ep_regression.make_data(prob.X, prob.y, beta=1.0, slab_var=prob.slab_var, p_incl=prob.p_incl)
@@ -219,7 +219,9 @@ def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, 
         approx = {"inclusion_probability": incl, "w_mean": fit.w_mean, "w_var": fit.w_var,
                   "precision_grid": tau_k, "precision_log_weights": log_w, "grid_inclusion_probability": fit.incl_k,
                   "grid_slab_mean": fit.slab_mean_k, "grid_slab_var": fit.slab_var_k}
-        common = {**common, "grid_points": len(tau_k), "damping_used": used[0]}
+        late = ~(np.asarray(states.max_change) <= tol)
+        common = {**common, "grid_points": len(tau_k), "grid_points_not_converged": int(late.sum()),
+                  "grid_weight_not_converged": float(np.exp(log_w)[late].sum()), "damping_used": used[0]}
 
     def predictor(rng_key, *new_args, **new_kwargs):
         _, X, off, c = new_inputs(model, new_args, new_kwargs)

@@ -5,14 +5,16 @@ The Gaussian likelihood is kept exactly; each prior factor ``p_j N(w_j|0, v_j) +
 is replaced by a Gaussian site ``exp(-tau_j w_j^2/2 + nu_j w_j)``, so the approximation is
 ``Q(w) = N(m, V)`` with ``V = (diag(tau) + beta X^T X)^-1`` (full covariance) and the inclusion
 probabilities are those of the tilted distributions. ``V`` is never formed when d > n: its diagonal
-and the mean come from the n x n Woodbury form (O(n^2 d) per parallel sweep, memory O(n d)).
+and the mean come from the n x n Woodbury form (O(n^2 d) per parallel sweep, memory O(n d)); the
+sequential schedule then keeps ``B^-1`` (n x n) up to date by rank-one updates, also O(n^2 d) per
+sweep and O(n d) memory.
 
 Sites whose new precision would be negative (the tilted mixture is wider than the cavity) are
 clipped to a tiny positive precision (mean still matched) and counted; sites with a non-positive
 cavity precision are skipped and counted. Damping and tolerance are traced: no recompiles.
 
 Unknown noise precision (Normal-Gamma prior) is handled by EP on a grid of precisions weighted by
-EP evidence times the Gamma prior (trapezoid rule in log tau): see ``engine_ep``.
+EP evidence times the Gamma prior (trapezoid rule in log tau): see ``precision_grid``.
 
 Example:
     >>> import numpy as np, jax.numpy as jnp
@@ -37,7 +39,6 @@ from inference.spikeslab.sites import log_partition, spike_slab_tilted
 
 TAU_MIN = 1e-6  # smallest site precision, in units of the slab precision
 TAU_MAX = 1e10  # largest site precision, in units of the slab precision
-MAX_SEQUENTIAL_FEATURES = 4000
 
 
 class EPData(NamedTuple):
@@ -137,7 +138,7 @@ def update(state: EPState, data: EPData, damping) -> EPState:
 def update_sequential(state: EPState, data: EPData, damping) -> EPState:
     """One sequential sweep: sites one at a time, ``V`` kept exactly by rank-one updates.
 
-    Stores the d x d covariance (O(d^2) memory, O(d^3) per sweep)."""
+    Stores the d x d covariance (O(d^2) memory, O(d^3) per sweep): used when d <= n."""
     X, beta = data.X, data.beta
     d = X.shape[1]
     P = jnp.diag(state.tau) + beta * (X.T @ X)
@@ -168,15 +169,72 @@ def update_sequential(state: EPState, data: EPData, damping) -> EPState:
     return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl), nclip, nskip)
 
 
+def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
+    """One sequential sweep in the n x n Woodbury form, for d > n: keeps ``B^-1`` (``B = I / beta +
+    X Lam^-1 X^T``) and ``r = B^-1 (y - X mu0)`` (``mu0 = nu / tau``), from which ``v_j = 1/tau_j -
+    x_j^T B^-1 x_j / tau_j^2`` and ``m_j = mu0_j + x_j^T r / tau_j``; a site update changes ``B`` by
+    the rank one ``delta(1/tau_j) x_j x_j^T``. O(n^2) per site, O(n^2 d) per sweep (as a parallel
+    sweep), memory O(n d): no d x d covariance."""
+    X, beta = data.X, data.beta
+    n = X.shape[0]
+    mu0 = state.nu / state.tau
+    e = data.y - X @ mu0
+    L = jnp.linalg.cholesky(jnp.eye(n) / beta + (X / state.tau) @ X.T)
+    Binv = jax.scipy.linalg.cho_solve((L, True), jnp.eye(n))
+    r = Binv @ e
+
+    def body(carry, j):
+        tau, nu, Binv, r, e, incl, nclip, nskip = carry
+        xj = X[:, j]
+        u = Binv @ xj
+        s = xj @ u
+        tj, nj = tau[j], nu[j]
+        vj = 1.0 / tj - s / tj**2
+        mj = nj / tj + (xj @ r) / tj
+        tau_c, nu_c = 1.0 / vj - tj, mj / vj - nj
+        ok = tau_c > 0
+        tn, nn, t, clipped = _site_targets(jnp.where(ok, tau_c, 1.0), nu_c, data.slab_var[j], data.logit_p[j])
+        t2 = jnp.where(ok, tj + damping * (tn - tj), tj)
+        n2 = jnp.where(ok, nj + damping * (nn - nj), nj)
+        delta = 1.0 / t2 - 1.0 / tj  # change of Lam^-1_jj
+        c = delta / (1.0 + delta * s)
+        dmu = n2 / t2 - nj / tj
+        r = r - c * u * (u @ e) - dmu * u * (1.0 - c * s)
+        e = e - dmu * xj
+        Binv = Binv - c * jnp.outer(u, u)
+        carry = (tau.at[j].set(t2), nu.at[j].set(n2), Binv, r, e, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
+                 nclip + (clipped & ok), nskip + (~ok))
+        return carry, None
+
+    z = jnp.asarray(0, jnp.int32)
+    (tau, nu, _, _, _, incl, nclip, nskip), _ = lax.scan(
+        body, (state.tau, state.nu, Binv, r, e, state.incl, z, z), jnp.arange(X.shape[1]))
+    m, v, _ = _global(data, tau, nu)
+    return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl), nclip, nskip)
+
+
+def _step(data: EPData, sequential: bool):
+    """The sweep: parallel, or sequential in the d x d form (d <= n) or the n x n form (d > n)."""
+    if not sequential:
+        return update
+    return update_sequential if data.X.shape[1] <= data.X.shape[0] else update_sequential_dual
+
+
 @partial(jax.jit, static_argnames=("sequential",))
 def run(data: EPData, damping, tol, max_iter, sequential: bool = False) -> EPState:
     """Iterate sweeps under ``lax.while_loop`` until the largest change is below ``tol``."""
-    step = update_sequential if sequential else update
+    return _iterate(_step(data, sequential), data, damping, tol, max_iter, init(data))
 
-    def cond(s):
-        return (s.iteration < max_iter) & (s.max_change > tol)
 
-    return lax.while_loop(cond, lambda s: step(s, data, damping), init(data))
+@partial(jax.jit, static_argnames=("sequential",))
+def resume(state: EPState, data: EPData, damping, tol, max_iter, sequential: bool = True) -> EPState:
+    """``run`` continued from ``state`` for up to ``max_iter`` more sweeps (the grid's second pass)."""
+    return _iterate(_step(data, sequential), data, damping, tol, state.iteration + max_iter, state)
+
+
+def _iterate(step, data, damping, tol, stop_at, state):
+    return lax.while_loop(lambda s: (s.iteration < stop_at) & (s.max_change > tol),
+                          lambda s: step(s, data, damping), state)
 
 
 @jax.jit

@@ -80,8 +80,10 @@ def fit_grid(X, y, *, slab_var, p_incl, noise_prior, damping=0.5, tol=1e-6, max_
     base = epr.make_data(X, y, beta=1.0, slab_var=s2, p_incl=p_incl)
     batched = base._replace(beta=jnp.asarray(tau), slab_var=jnp.asarray(s2[None, :] / tau[:, None]))
     axes = epr.EPData(None, None, 0, 0, None)
-    states = jax.vmap(lambda dat: epr.run(dat, jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter),
-                                          sequential=sequential), in_axes=(axes,))(batched)
+    hyper = (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter))
+    states = jax.vmap(lambda dat: epr.run(dat, *hyper, sequential=sequential), in_axes=(axes,))(batched)
+    if not sequential:
+        states = _sequential_pass(states, batched, axes, hyper, tol)
     incl, a, b, log_z = jax.vmap(epr.finalize, in_axes=(0, axes))(states, batched)
     a0, b0 = noise_prior
     log_prior = stats.gamma.logpdf(tau, a0, scale=1.0 / b0) + log_tau  # density of log tau
@@ -93,6 +95,27 @@ def fit_grid(X, y, *, slab_var, p_incl, noise_prior, damping=0.5, tol=1e-6, max_
     w_mean = wts @ m
     return GridFit(log_tau, h, np.asarray(lw), states, np.asarray(incl), np.asarray(a), np.asarray(b),
                    wts @ np.asarray(incl), w_mean, wts @ (v + m**2) - w_mean**2, log_ev)
+
+
+def _sequential_pass(states, batched, axes, hyper, tol):
+    """Grid points where the parallel schedule did not converge go on with sequential sweeps.
+
+    With the noise precision fixed above its posterior mode, p >> n and correlated genes, the
+    parallel schedule can settle into an oscillation of the weakly included genes (largest change
+    ~0.3 after 1000 sweeps, log Z off by ~1 nat) where sequential sweeps settle to within ~1e-4
+    nats. Only those points run again (padded to a power of two to bound recompiles), and each keeps
+    whichever schedule ended with the smaller change."""
+    bad = np.flatnonzero(~(np.asarray(states.max_change) <= tol))
+    if bad.size == 0:
+        return states
+    idx = np.concatenate([bad, np.full((1 << (bad.size - 1).bit_length()) - bad.size, bad[-1])])
+    take = lambda x: x[idx]  # noqa: E731
+    sub = jax.vmap(lambda st, dat: epr.resume(st, dat, *hyper, sequential=True), in_axes=(0, axes))(
+        jax.tree.map(take, states), batched._replace(beta=batched.beta[idx], slab_var=batched.slab_var[idx]))
+    sub = jax.tree.map(lambda x: x[: bad.size], sub)
+    keep = np.asarray(sub.max_change) < np.asarray(states.max_change)[bad]  # the smaller last change wins
+    bad = bad[keep]
+    return jax.tree.map(lambda full, part: full.at[bad].set(part[keep]), states, sub)
 
 
 def sample_precision(rng_key, fit: GridFit, num: int):
