@@ -29,7 +29,7 @@ from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family
 from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs, rhat_ess
 from inference.spikeslab.structure import Problem, extract
 
-EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 1000}
+EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 200}  # inference.ep passes its tol and max_iter (same values)
 UNDAMPED_MAX_ITER = 200  # default full-covariance probit EP: sweeps allowed undamped before the damped run
 
 
@@ -60,7 +60,9 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
     """EP with spike-and-slab prior sites.
 
     Regression: exact Gaussian likelihood, full covariance (Hernandez-Lobato et al. 2015), on a
-    grid of noise precisions when the precision is unknown. Probit: ``covariance="full"`` (the
+    grid of noise precisions when the precision is unknown; grid points where the parallel schedule
+    has not converged go on with sequential sweeps (``diagnostics["grid_points_not_converged"]``
+    and ``["grid_weight_not_converged"]`` report what is left). Probit: ``covariance="full"`` (the
     default in float64; O(n^2 d) per sweep, keeps weight correlations) or ``"factorized"``
     (thesis ch. 7, O(n d) per sweep; the default in float32, where the full form's Woodbury
     updates lose most of their digits and do not converge: a leukemia split stalls at a change
@@ -115,7 +117,8 @@ def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None, quiet_f
                               f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, stacklevel=4)
             return state, out, (damping, seq)
     raise FloatingPointError(f"spike-and-slab EP diverged (non-finite site parameters) even with damping="
-                             f"{attempts[-1][0]:g}; check the data scale (standardise the genes)")
+                             f"{attempts[-1][0]:g}; check the data scale (standardise the genes)"
+                             + ("" if jax.config.jax_enable_x64 else FLOAT32_HINT))
 
 
 def _ep_diag(states, tol, incl, extra):
