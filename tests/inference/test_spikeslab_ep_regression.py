@@ -1,5 +1,6 @@
 """inference.spikeslab.ep_regression and .precision_grid: EP against exact enumeration."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -109,16 +110,26 @@ def _p_much_larger_than_n(seed, n, d):
     return X, X @ w + rng.normal(size=n)
 
 
-@pytest.mark.parametrize("n, d, seed, atol", [(50, 300, 2, 3e-4), pytest.param(60, 500, 0, 5e-3, marks=pytest.mark.slow)])
-def test_grid_points_where_parallel_oscillates_get_sequential_sweeps(n, d, seed, atol):
+@pytest.mark.parametrize("n, d, seed", [(50, 300, 2), pytest.param(60, 500, 0, marks=pytest.mark.slow)])
+def test_grid_points_where_parallel_oscillates_get_sequential_sweeps(n, d, seed):
     """p >> n, Gamma noise prior: at precisions above the posterior mode the parallel schedule
-    (damping 0.5) oscillates at some grid points. Reference: damping 0.125, converged at every
-    point. Measured |log Z - reference| without the sequential pass: 9e-4 (50 x 300) and 0.033
-    nats (60 x 500, max_iter 200); with it: < 1e-4 and 1e-4."""
+    (damping 0.5, 200 sweeps) oscillates at some grid points. Each such point is checked against a
+    run converged with damping 0.125. Measured (50 x 300): parallel alone off by up to 1.4 nats in
+    log Z at a point; after the sequential pass at most 4e-3."""
     X, y = _p_much_larger_than_n(seed, n, d)
     kw = dict(slab_var=np.ones(d), p_incl=np.full(d, 0.1), noise_prior=(1.0, 1.0))
-    ref = fit_grid(X, y, damping=0.125, max_iter=5000, **kw)
-    assert np.all(np.asarray(ref.states.max_change) <= 1e-6)
     fit = fit_grid(X, y, damping=0.5, max_iter=200, **kw)
-    assert abs(fit.log_evidence - ref.log_evidence) < atol
-    np.testing.assert_allclose(fit.incl, ref.incl, atol=0.01)
+    tau = np.exp(fit.log_tau)
+    base = epr.make_data(X, y, beta=1.0, slab_var=np.ones(d), p_incl=np.full(d, 0.1))
+    point = lambda k: base._replace(beta=jnp.asarray(tau[k]), slab_var=jnp.asarray(np.ones(d) / tau[k]))  # noqa: E731
+    parallel = [epr.run(point(k), jnp.asarray(0.5), jnp.asarray(1e-6), jnp.asarray(200)) for k in range(len(tau))]
+    late = [k for k in range(len(tau)) if float(parallel[k].max_change) > 1e-6]
+    worst_parallel = 0.0
+    for k in late:
+        ref = epr.run(point(k), jnp.asarray(0.125), jnp.asarray(1e-6), jnp.asarray(5000))
+        assert float(ref.max_change) <= 1e-6
+        log_z = lambda st: float(epr.finalize(st, point(k))[3])  # noqa: E731
+        ours = log_z(jax.tree.map(lambda x: x[k], fit.states))
+        assert abs(ours - log_z(ref)) < 0.01, k
+        worst_parallel = max(worst_parallel, abs(log_z(parallel[k]) - log_z(ref)))
+    assert worst_parallel > 0.5  # the premise: parallel sweeps alone are far off somewhere
