@@ -154,3 +154,17 @@ def test_sequential_schedule_through_inference_ep_with_more_genes_than_samples()
     np.testing.assert_allclose(seq, par, atol=1e-6)
     assert abs(fits[0].log_evidence - fits[1].log_evidence) < 1e-6
     assert np.all(seq[:2] > 0.99) and np.all(seq[2:] < 0.5)
+
+
+def test_sequential_limit_cycle_warns_and_suggests_the_parallel_schedule():
+    """Seed 0 of the design above: sequential sweeps cycle (change 4e-2 after 200 sweeps)."""
+    import inference
+    import probmodels
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 60))
+    y = 2 * X[:, 0] + 2 * X[:, 1] + rng.normal(size=30)
+    with pytest.warns(RuntimeWarning, match=r"did not converge.*a larger max_iter or schedule='parallel'"):
+        post = inference.ep(probmodels.spike_and_slab_regression, X, y, noise_scale=1.0, schedule="sequential",
+                            num_samples=20, progress=False)
+    assert not post.diagnostics["converged"] and post.diagnostics["max_site_change"] > 1e-3
