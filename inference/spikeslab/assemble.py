@@ -15,39 +15,17 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer.util import log_density
 
+from inference import _model
 from inference._model import finish_samples, trace_model
 from inference.posterior import Posterior
-from inference.spikeslab.structure import Problem, extract, signature
+from inference.spikeslab.structure import Problem, extract
 
 
 def log_joint(model, args, kwargs, flat: dict, batch_size: int = 256) -> np.ndarray:
-    """``log p(y, z, w[, tau])`` of the model at each flat draw."""
+    """``log p(y, z, w[, tau])`` of the model at each flat draw, ``batch_size`` draws at a time."""
     n = next(iter(flat.values())).shape[0]
-    draws = {k: jnp.asarray(v) for k, v in flat.items()}
-    sig = signature(model, args, kwargs, "log_joint", min(batch_size, n))
-    if sig.key is not None:
-        if sig.key not in _LOG_JOINT_CACHE:
-            _LOG_JOINT_CACHE[sig.key] = _log_joint_fn(model, sig.rebuild, min(batch_size, n))
-        try:
-            return np.asarray(_LOG_JOINT_CACHE[sig.key](sig.arrays, draws))
-        except (jax.errors.JAXTypeError, TypeError, ValueError):  # the model needs concrete arrays
-            pass
-    return np.asarray(_log_joint_fn(model, lambda _: (args, kwargs), min(batch_size, n))([], draws))
-
-
-_LOG_JOINT_CACHE: dict = {}
-
-
-def _log_joint_fn(model, rebuild, batch_size):
-    @jax.jit
-    def run(arrays, draws):
-        args, kwargs = rebuild(arrays)
-        fn = lambda params: log_density(model, args, kwargs, params)[0]  # noqa: E731
-        return jax.lax.map(fn, draws, batch_size=batch_size)
-
-    return run
+    return _model.log_joint(model, flat, args, kwargs, batch_size=min(batch_size, n))
 
 
 def flat_draws(prob: Problem, z, w, precision=None) -> dict:

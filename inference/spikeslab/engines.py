@@ -130,10 +130,11 @@ def _ep_diag(states, tol, incl, extra):
         if "grid_points" in extra:  # which precision-grid points, and how much posterior weight they hold
             where = (f" at {extra['grid_points_not_converged']} of {extra['grid_points']} noise-precision grid points "
                      f"holding {100 * extra['grid_weight_not_converged']:.3g}% of the weight")
-        hint = f"try a smaller damping (e.g. damping={extra['damping'] / 2:g}) or a larger max_iter"
-        if extra.get("schedule") == "sequential":  # sequential sweeps can cycle where parallel ones converge
-            hint = hint.replace(" or a larger max_iter", ", a larger max_iter or schedule='parallel'")
-        _not_converged(f"spike-and-slab EP{where}", iterations, max_change, tol, hint)
+        # sequential sweeps can cycle where parallel ones converge
+        more = ", a larger max_iter or schedule='parallel'" if extra.get("schedule") == "sequential" else \
+            " or a larger max_iter"
+        _not_converged(f"spike-and-slab EP{where}", iterations, max_change, tol,
+                       f"try a smaller damping (e.g. damping={extra['damping'] / 2:g}){more}")
     return {"converged": bool(max_change <= tol), "iterations": iterations, "max_site_change": max_change,
             "num_clipped_sites": int(np.max(np.asarray(states.num_clipped))),
             "num_skipped_updates": int(np.max(np.asarray(states.num_skipped))), "inclusion_probability": incl,

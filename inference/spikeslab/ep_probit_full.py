@@ -81,9 +81,14 @@ def _global(X, lik_tau, lik_nu, tau, nu):
     return m, v, X @ m, vf, jnp.sum(jnp.log(tau)) + logdet_b, h
 
 
+def _a_given_k(X, K, lik_tau, tau):
+    """``A`` of `_woodbury` given ``K`` for these prior sites: one n x n x d product."""
+    return _linv(K, lik_tau)[0] @ (X / tau)
+
+
 def _w_marginals(X, K, lik_tau, lik_nu, tau, nu):
-    """Mean and variances of Q(w) given ``K`` for these prior sites: one n x n x d product."""
-    return _w_moments(_linv(K, lik_tau)[0] @ (X / tau), X, lik_nu, tau, nu)[:2]
+    """Mean and variances of Q(w) given ``K`` for these prior sites."""
+    return _w_moments(_a_given_k(X, K, lik_tau, tau), X, lik_nu, tau, nu)[:2]
 
 
 def _f_marginals(X, K, lik_tau, lik_nu, tau, nu):
@@ -215,7 +220,7 @@ def finalize(state: FullState, data: ProbitData):
 @jax.jit
 def predictive_probability(state: FullState, data: ProbitData, X_new, offset_new):
     """``Phi((x*^T m + b*) / sqrt(1 + x*^T V x*))`` with the full covariance (Woodbury)."""
-    A = _linv(state.K, state.lik_tau)[0] @ (data.X / state.tau)  # state.K is K for state.tau
+    A = _a_given_k(data.X, state.K, state.lik_tau, state.tau)  # state.K is K for state.tau
     m = _w_moments(A, data.X, state.lik_nu, state.tau, state.nu)[0]  # for the final sites (state.m lags)
     var = jnp.sum(X_new**2 / state.tau, axis=1) - jnp.sum((A @ X_new.T) ** 2, axis=0)
     return jax.scipy.stats.norm.cdf((X_new @ m + offset_new) / jnp.sqrt(1.0 + var))

@@ -177,20 +177,18 @@ def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
     sweep), memory O(n d): no d x d covariance."""
     X, beta = data.X, data.beta
     n = X.shape[0]
-    mu0 = state.nu / state.tau
-    e = data.y - X @ mu0
     L = jnp.linalg.cholesky(jnp.eye(n) / beta + (X / state.tau) @ X.T)
     Binv = jax.scipy.linalg.cho_solve((L, True), jnp.eye(n))
-    r = Binv @ e
+    r = Binv @ (data.y - X @ (state.nu / state.tau))
 
     def body(carry, j):
-        tau, nu, Binv, r, e, incl, nclip, nskip = carry
+        tau, nu, Binv, r, incl, nclip, nskip = carry
         xj = X[:, j]
         u = Binv @ xj
-        s = xj @ u
+        s, xr = xj @ u, xj @ r
         tj, nj = tau[j], nu[j]
         vj = 1.0 / tj - s / tj**2
-        mj = nj / tj + (xj @ r) / tj
+        mj = nj / tj + xr / tj
         tau_c, nu_c = 1.0 / vj - tj, mj / vj - nj
         ok = tau_c > 0
         tn, nn, t, clipped = _site_targets(jnp.where(ok, tau_c, 1.0), nu_c, data.slab_var[j], data.logit_p[j])
@@ -199,16 +197,15 @@ def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
         delta = 1.0 / t2 - 1.0 / tj  # change of Lam^-1_jj
         c = delta / (1.0 + delta * s)
         dmu = n2 / t2 - nj / tj
-        r = r - c * u * (u @ e) - dmu * u * (1.0 - c * s)
-        e = e - dmu * xj
+        r = r - u * (c * xr + dmu * (1.0 - c * s))  # B'^-1 (e - dmu x_j), with u^T e = x_j^T r
         Binv = Binv - c * jnp.outer(u, u)
-        carry = (tau.at[j].set(t2), nu.at[j].set(n2), Binv, r, e, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
+        carry = (tau.at[j].set(t2), nu.at[j].set(n2), Binv, r, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
                  nclip + (clipped & ok), nskip + (~ok))
         return carry, None
 
     z = jnp.asarray(0, jnp.int32)
-    (tau, nu, _, _, _, incl, nclip, nskip), _ = lax.scan(
-        body, (state.tau, state.nu, Binv, r, e, state.incl, z, z), jnp.arange(X.shape[1]))
+    (tau, nu, _, _, incl, nclip, nskip), _ = lax.scan(
+        body, (state.tau, state.nu, Binv, r, state.incl, z, z), jnp.arange(X.shape[1]))
     m, v, _ = _global(data, tau, nu)
     return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl), nclip, nskip)
 
