@@ -57,9 +57,16 @@ def enable(path: str | None = None) -> str | None:
 def _max_bytes() -> int:
     raw = os.environ.get("INFERENCE_COMPILATION_CACHE_MAX_MB", str(DEFAULT_MAX_MB))
     try:
-        return int(float(raw) * 1024**2)
+        mb = float(raw)
+        if mb != mb:
+            raise ValueError
     except ValueError:
+        import warnings
+
+        warnings.warn(f"INFERENCE_COMPILATION_CACHE_MAX_MB must be a number of megabytes, got {raw!r}; "
+                      f"using {DEFAULT_MAX_MB}", RuntimeWarning, stacklevel=2)
         return DEFAULT_MAX_MB * 1024**2
+    return int(mb * 1024**2) if mb > 0 else 0
 
 
 def prune_if_due(path: str, max_bytes: int, every_s: float = PRUNE_EVERY_S) -> int | None:
@@ -82,7 +89,22 @@ def prune_if_due(path: str, max_bytes: int, every_s: float = PRUNE_EVERY_S) -> i
 def prune(path: str, max_bytes: int) -> int:
     """Delete the oldest-written cache entries until the files in ``path`` total at most
     ``max_bytes``; returns how many were deleted. Another process reading an entry keeps its open
-    file (POSIX); one that misses an entry compiles and writes it again."""
+    file (POSIX); one that misses an entry compiles and writes it again.
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> for i in range(3):
+        ...     with open(os.path.join(d, f"entry{i}"), "wb") as f:
+        ...         _ = f.write(b"x" * 100)
+        ...     os.utime(os.path.join(d, f"entry{i}"), (1000 + i, 1000 + i))
+        >>> prune(d, max_bytes=150), sorted(os.listdir(d))
+        (2, ['entry2'])
+    """
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+    if not os.path.isdir(path):
+        raise ValueError(f"path: {path!r} is not a directory")
     entries, total = [], 0
     with os.scandir(path) as it:
         for e in it:

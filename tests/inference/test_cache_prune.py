@@ -3,6 +3,8 @@
 import os
 import time
 
+import pytest
+
 from inference import cache
 
 
@@ -43,3 +45,17 @@ def test_cap_from_environment(monkeypatch):
     assert cache._max_bytes() == 0
     monkeypatch.delenv("INFERENCE_COMPILATION_CACHE_MAX_MB")
     assert cache._max_bytes() == cache.DEFAULT_MAX_MB * 1024**2
+
+
+def test_bad_arguments_raise_and_a_malformed_cap_warns(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="max_bytes"):
+        cache.prune(str(tmp_path), -1)
+    with pytest.raises(ValueError, match="max_bytes"):
+        cache.prune(str(tmp_path), 1.5)
+    with pytest.raises(ValueError, match="path"):
+        cache.prune(str(tmp_path / "missing"), 10)
+    monkeypatch.setenv("INFERENCE_COMPILATION_CACHE_MAX_MB", "lots")
+    with pytest.warns(RuntimeWarning, match="INFERENCE_COMPILATION_CACHE_MAX_MB"):
+        assert cache._max_bytes() == cache.DEFAULT_MAX_MB * 1024**2
+    monkeypatch.setenv("INFERENCE_COMPILATION_CACHE_MAX_MB", "-5")
+    assert cache._max_bytes() == 0
