@@ -147,6 +147,8 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     hyper = (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(max_iter))
     start = time.perf_counter()
     if covariance == "full" and auto:  # undamped first (about half the sweeps); damped if it fails to converge
+        # the undamped parallel attempt is Anderson-accelerated (about a third fewer sweeps); the damped
+        # fallbacks are plain sweeps
         attempts = [(1.0, seq), (damping, seq)]
         module = ep_probit_full
     elif covariance == "full":
@@ -156,10 +158,11 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
         attempts = [(damping, seq)] + ([] if seq else [(damping, True)])
         module = ep_probit
     attempts += [(damping / 2**k, attempts[-1][1]) for k in (1, 2, 3)]
+    accelerated = lambda dmp, sq: module is ep_probit_full and auto and dmp == 1.0 and not sq  # noqa: E731
     state, out, used = _stable_run(
         lambda dmp, sq: module.run(data, jnp.asarray(dmp), hyper[1],
                                    jnp.asarray(min(max_iter, UNDAMPED_MAX_ITER)) if auto and dmp == 1.0 else hyper[2],
-                                   sequential=sq),
+                                   sequential=sq, **({"accelerate": True} if accelerated(dmp, sq) else {})),
         lambda st: module.finalize(st, data), attempts, tol=tol if module is ep_probit or auto else None,
         quiet_first=auto)
     m, v, incl, a, b, log_z = (np.asarray(x) for x in out)
@@ -168,7 +171,7 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     else:
         prob_fn = lambda X, off: ep_probit.predictive_probability(jnp.asarray(m), jnp.asarray(v), X, off)  # noqa: E731
     common = {**common, "fit_seconds": time.perf_counter() - start, "damping_used": used[0],
-              "schedule_used": "sequential" if used[1] else "parallel"}
+              "schedule_used": "sequential" if used[1] else "parallel", "anderson": accelerated(*used)}
     fam = family.Family(jnp.asarray(incl), jnp.asarray(a), jnp.asarray(b))
     z, w = family.sample(key, fam, num_samples)
     log_q = family.log_density(fam, z, w)

@@ -8,6 +8,8 @@ the spike-and-slab prior (``tau[j]``, ``nu[j]``, as in ``ep_regression``). The a
 form: O(n^2 d) per parallel sweep, memory O(n d). It keeps the posterior correlations between
 weights that the fully factorised EP of ``ep_probit`` (thesis ch. 7, O(n d)) drops, and agrees
 more closely with long MCMC runs; both are available (``covariance="full"`` / ``"factorized"``).
+Parallel sweeps can be Anderson-accelerated (``run(..., accelerate=True)``, what the default
+undamped attempt of ``inference.ep`` uses): same fixed point, a third to a half fewer sweeps.
 
 Example:
     >>> import numpy as np, jax.numpy as jnp
@@ -47,15 +49,17 @@ class FullState(NamedTuple):
     num_clipped: jax.Array
     num_skipped: jax.Array
     K: jax.Array  # (n, n) X diag(1/tau) X^T for the current prior sites, reused by the next sweep
+    mu0: jax.Array  # (n,) X nu / tau for the current prior sites, likewise
 
 
-def _woodbury(X, lik_tau, tau):
+def _woodbury(X, lik_tau, tau, K=None):
     """``A = L^-1 S^1/2 X Lam^-1`` and ``C = L^-1 S^1/2 K`` with ``L L^T = B = I + S^1/2 K S^1/2``,
     ``K = X Lam^-1 X^T``, so that ``V = Lam^-1 - A^T A`` and ``cov(f) = K - C^T C`` (differences
     of sums of squares: no sign loss), plus ``diag K`` and ``log|B|``. Only n x n factorisations;
-    the O(n^2 d) work is two matrix products (no triangular solve with d right-hand sides)."""
+    the O(n^2 d) work is two matrix products (no triangular solve with d right-hand sides), one
+    when ``K`` is given."""
     XL = X / tau
-    K = XL @ X.T
+    K = XL @ X.T if K is None else K
     Linv, logdet_b = _linv(K, lik_tau)
     return Linv @ XL, Linv @ K, jnp.diag(K), logdet_b
 
@@ -73,9 +77,9 @@ def _w_moments(A, X, lik_nu, tau, nu):
     return h / tau - A.T @ (A @ h), 1.0 / tau - jnp.sum(A**2, axis=0), h
 
 
-def _global(X, lik_tau, lik_nu, tau, nu):
-    """Moments of Q(w) and of f = X w, ``log|V^-1|`` and ``h = V^-1 m``."""
-    A, C, k_diag, logdet_b = _woodbury(X, lik_tau, tau)
+def _global(X, lik_tau, lik_nu, tau, nu, K=None):
+    """Moments of Q(w) and of f = X w, ``log|V^-1|`` and ``h = V^-1 m`` (``K`` as in `_woodbury`)."""
+    A, C, k_diag, logdet_b = _woodbury(X, lik_tau, tau, K)
     m, v, h = _w_moments(A, X, lik_nu, tau, nu)
     vf = k_diag - jnp.sum(C**2, axis=0)
     return m, v, X @ m, vf, jnp.sum(jnp.log(tau)) + logdet_b, h
@@ -86,19 +90,27 @@ def _a_given_k(X, K, lik_tau, tau):
     return _linv(K, lik_tau)[0] @ (X / tau)
 
 
-def _w_marginals(X, K, lik_tau, lik_nu, tau, nu):
-    """Mean and variances of Q(w) given ``K`` for these prior sites."""
-    return _w_moments(_a_given_k(X, K, lik_tau, tau), X, lik_nu, tau, nu)[:2]
+def _w_marginals(X, K, lik_tau, lik_nu, tau, nu, XT=None, mu0=None):
+    """Mean and variances of Q(w) given ``K`` for these prior sites, as `_w_moments` with
+    ``A = Y diag(1/tau)``, ``Y = L^-1 S^1/2 X``: one n x n x d product on X itself and three passes
+    over n x d (``colsum Y^2`` and two matrix-vector products); no scaled copy of X, and
+    ``X h / tau = mu0 + K lik_nu`` with ``mu0 = X nu / tau`` (given, or one more pass)."""
+    XT = X.T if XT is None else XT
+    Linv = _linv(K, lik_tau)[0]
+    Y = Linv @ X
+    mu0 = X @ (nu / tau) if mu0 is None else mu0
+    u = Linv.T @ (Linv @ (mu0 + K @ lik_nu))  # S^1/2 B^-1 S^1/2 X V0 h, V0 = diag(1/tau)
+    return (nu + XT @ (lik_nu - u)) / tau, (1.0 - jnp.sum(Y**2, axis=0) / tau) / tau
 
 
-def _f_marginals(X, K, lik_tau, lik_nu, tau, nu):
+def _f_marginals(X, K, lik_tau, lik_nu, tau, nu, mu0=None):
     """Mean (of f - b) and variances of f = X w under Q, in n x n work given ``K``: the GP-regression
     form ``E f = mu0 + K (K + S^-1)^-1 (mt - mu0)`` with prior mean ``mu0 = X nu / tau`` and site
     means ``mt = lik_nu / lik_tau``, and ``cov(f) = K - C^T C``. No ``K^-1`` (``K`` is singular
     when n > d), and no difference of two large terms in the mean."""
     Linv, _ = _linv(K, lik_tau)
     C = Linv @ K
-    mu0 = X @ (nu / tau)
+    mu0 = X @ (nu / tau) if mu0 is None else mu0
     mt = jnp.where(lik_tau > 0, lik_nu / jnp.where(lik_tau > 0, lik_tau, 1.0), 0.0)  # Linv's column is 0 where lik_tau = 0
     return mu0 + C.T @ (Linv @ (mt - mu0)), jnp.diag(K) - jnp.sum(C**2, axis=0)
 
@@ -110,7 +122,8 @@ def init(data: ProbitData) -> FullState:
     zn = jnp.zeros(n, data.X.dtype)
     K = (data.X / tau) @ data.X.T
     z = jnp.asarray(0, jnp.int32)
-    return FullState(zn, zn, tau, nu, nu, 1.0 / tau, zn, jnp.diag(K), p, z, jnp.asarray(jnp.inf, data.X.dtype), z, z, K)
+    return FullState(zn, zn, tau, nu, nu, 1.0 / tau, zn, jnp.diag(K), p, z, jnp.asarray(jnp.inf, data.X.dtype), z, z, K,
+                     zn)  # nu = 0
 
 
 def _likelihood_targets(state: FullState, data: ProbitData):
@@ -137,7 +150,7 @@ def update(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
     t_new, n_new, ok_l, _, _, _ = _likelihood_targets(state, data)
     mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
     lik_tau, lik_nu = mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l)
-    m, v = _w_marginals(data.X, state.K, lik_tau, lik_nu, state.tau, state.nu)
+    m, v = _w_marginals(data.X, state.K, lik_tau, lik_nu, state.tau, state.nu, XT, state.mu0)
     return _prior_sweep(state, data, damping, lik_tau, lik_nu, jnp.sum(~ok_l), m, v, XT)
 
 
@@ -169,37 +182,109 @@ def update_sequential(state: FullState, data: ProbitData, damping, XT=None) -> F
 
     init_c = (state.lik_tau, state.lik_nu, Sf, state.mf, jnp.asarray(0, jnp.int32))
     (lik_tau, lik_nu, _, _, skipped), _ = lax.scan(body, init_c, jnp.arange(n))
-    m, v = _w_marginals(X, K, lik_tau, lik_nu, state.tau, state.nu)
+    m, v = _w_marginals(X, K, lik_tau, lik_nu, state.tau, state.nu, XT, state.mu0)
     return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v, XT)
 
 
 def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v, XT=None) -> FullState:
     """Prior sites from the marginals ``(m, v)`` of Q (parallel, damped); then ``K`` and the f
     marginals of the new Q, which the next sweep's likelihood sites use."""
+    tau, nu, incl, skipped, clipped = _prior_sites(state, data, damping, m, v)
+    return _with_sites(state, data, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped_lik + skipped, clipped)
+
+
+def _prior_sites(state: FullState, data: ProbitData, damping, m, v):
+    """New (damped) prior sites from the marginals ``(m, v)`` of Q, the inclusion probabilities,
+    and the counts of skipped (negative cavity) and clipped updates."""
     tau_c = 1.0 / v - state.tau
     nu_c = m / v - state.nu
     ok_p = tau_c > 0
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
     mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
     tau, nu = mix(tau_new, state.tau, ok_p), mix(nu_new, state.nu, ok_p)
+    return tau, nu, jnp.where(ok_p, t.incl, state.incl), jnp.sum(~ok_p), jnp.sum(clipped & ok_p)
+
+
+def _with_sites(state: FullState, data: ProbitData, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped,
+                clipped) -> FullState:
+    """The state for these sites: ``K`` and the f marginals of their Q (one n x n x d product), and
+    the largest change of (pi, m, log v, f) since ``state``."""
     K = (data.X / tau) @ (data.X.T if XT is None else XT)
-    mf, vf = _f_marginals(data.X, K, lik_tau, lik_nu, tau, nu)
-    incl = jnp.where(ok_p, t.incl, state.incl)
+    mu0 = data.X @ (nu / tau)
+    mf, vf = _f_marginals(data.X, K, lik_tau, lik_nu, tau, nu, mu0)
     change = jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - state.incl), jnp.abs(m - state.m) / jnp.sqrt(v)),
                                  jnp.abs(jnp.log(v / state.v))))
     change = jnp.maximum(change, jnp.max(jnp.abs(mf - state.mf) / jnp.sqrt(vf)))
-    skipped = skipped_lik + jnp.sum(~ok_p)
     return FullState(lik_tau, lik_nu, tau, nu, m, v, mf, vf, incl, state.iteration + 1, change,
-                     jnp.sum(clipped & ok_p).astype(jnp.int32), skipped.astype(jnp.int32), K)
+                     jnp.asarray(clipped, jnp.int32), jnp.asarray(skipped, jnp.int32), K, mu0)
 
 
-@partial(jax.jit, static_argnames=("sequential",))
-def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False) -> FullState:
-    """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v, f) is below ``tol``."""
-    step = update_sequential if sequential else update
+class AcceleratedState(NamedTuple):
+    """EP state plus the Anderson history: differences of the last ``ANDERSON_MEMORY`` residuals
+    ``f = G(x) - x`` and images ``G(x)`` of the site vector ``x = (lik_tau, lik_nu, tau, nu)``."""
+
+    ep: FullState
+    dF: jax.Array  # (memory, 2n + 2d); rows not marked in ``used`` are ignored
+    dG: jax.Array
+    f: jax.Array  # residual and image of the previous sweep
+    g: jax.Array
+    used: jax.Array  # (memory,) 1.0 for rows recorded since the last reset
+    count: jax.Array  # differences recorded so far (the next row is count % memory)
+
+
+ANDERSON_MEMORY = 5  # residual differences kept (3-12 all take 13-14 sweeps on leukemia, 5 the fewest)
+ANDERSON_START = 1  # sweeps before the first recorded difference (the first sweep moves far from the prior)
+
+
+def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) -> AcceleratedState:
+    """One parallel sweep (as `update`) whose new site vector is Anderson's extrapolation (type II,
+    Walker & Ni 2011) from the last few sweeps instead of the sweep's own output ``G(x)``: same
+    fixed point (where ``G(x) = x`` the extrapolation is ``G(x)``), about a third fewer sweeps,
+    same two n x n x d products per sweep (``K`` is formed once, for the sites kept). An
+    extrapolation with a negative or non-finite precision is replaced by ``G(x)`` and the history
+    is cleared."""
+    s = a.ep
+    t_new, n_new, ok_l, _, _, _ = _likelihood_targets(s, data)
+    mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
+    lik_tau, lik_nu = mix(t_new, s.lik_tau, ok_l), mix(n_new, s.lik_nu, ok_l)
+    m, v = _w_marginals(data.X, s.K, lik_tau, lik_nu, s.tau, s.nu, XT, s.mu0)
+    tau, nu, incl, skipped, clipped = _prior_sites(s, data, damping, m, v)
+    n, d = data.X.shape
+    x = jnp.concatenate([s.lik_tau, s.lik_nu, s.tau, s.nu])
+    g = jnp.concatenate([lik_tau, lik_nu, tau, nu])
+    f = g - x
+    record = s.iteration > ANDERSON_START  # a.f, a.g are the previous sweep's
+    row = a.count % ANDERSON_MEMORY  # written in place; unused rows are masked out, never read
+    dF = a.dF.at[row].set(f - a.f)
+    dG = a.dG.at[row].set(g - a.g)
+    used = jnp.where(record, a.used.at[row].set(1.0), a.used)
+    gram = (dF @ dF.T) * jnp.outer(used, used)
+    reg = 1e-12 * jnp.trace(gram) + jnp.finfo(gram.dtype).tiny
+    gamma = jnp.linalg.solve(gram + reg * jnp.eye(ANDERSON_MEMORY, dtype=gram.dtype), used * (dF @ f))
+    x_new = g - gamma @ dG
+    lt, ln, tn = x_new[:n], x_new[n:2 * n], x_new[2 * n:2 * n + d]
+    valid = jnp.all(jnp.isfinite(x_new)) & jnp.all(lt >= 0) & jnp.all(tn > 0)
+    x_new = jnp.where(valid, x_new, g)
+    lt, ln, tn, nn = x_new[:n], x_new[n:2 * n], x_new[2 * n:2 * n + d], x_new[2 * n + d:]
+    ep = _with_sites(s, data, XT, lt, ln, tn, nn, m, v, incl, jnp.sum(~ok_l) + skipped, clipped)
+    return AcceleratedState(ep, dF, dG, f, g, jnp.where(valid, used, 0.0), a.count + record)
+
+
+@partial(jax.jit, static_argnames=("sequential", "accelerate"))
+def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False, accelerate: bool = False) -> FullState:
+    """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v, f) is below ``tol``.
+    ``accelerate``: Anderson-extrapolated parallel sweeps (`update_accelerated`)."""
     XT = lax.optimization_barrier(data.X.T)  # a contiguous transpose made once per run (XLA would fold it into each product)
-    return lax.while_loop(lambda s: (s.iteration < max_iter) & (s.max_change > tol),
-                          lambda s: step(s, data, damping, XT), init(data))
+    more = lambda s: (s.iteration < max_iter) & (s.max_change > tol)  # noqa: E731
+    if accelerate and not sequential:
+        s0 = init(data)
+        n, d = data.X.shape
+        z = jnp.zeros((ANDERSON_MEMORY, 2 * (n + d)), data.X.dtype)
+        a = lax.while_loop(lambda a: more(a.ep), lambda a: update_accelerated(a, data, damping, XT),
+                           AcceleratedState(s0, z, z, z[0], z[0], z[:, 0], jnp.asarray(0, jnp.int32)))
+        return a.ep
+    step = update_sequential if sequential else update
+    return lax.while_loop(more, lambda s: step(s, data, damping, XT), init(data))
 
 
 @jax.jit
@@ -209,7 +294,7 @@ def finalize(state: FullState, data: ProbitData):
     tau_c = jnp.maximum(1.0 / state.v - state.tau, 0.0)
     nu_c = state.m / state.v - state.nu
     t = spike_slab_tilted(tau_c, nu_c, data.slab_var, data.logit_p)
-    m, v, mf, vf, logdet, h = _global(data.X, state.lik_tau, state.lik_nu, state.tau, state.nu)
+    m, v, mf, vf, logdet, h = _global(data.X, state.lik_tau, state.lik_nu, state.tau, state.nu, state.K)
     d = data.X.shape[1]
     gauss = 0.5 * d * jnp.log(2 * jnp.pi) - 0.5 * logdet + 0.5 * h @ m
     lik_terms = jnp.sum(log_z_i - log_partition(1.0 / vf, mf / vf) + log_partition(tau_ci, nu_ci))

@@ -153,7 +153,7 @@ def test_ep_covariance_option_reaches_spike_and_slab_ep_and_is_rejected_elsewher
 
 
 def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch):
-    """Default (damping=None) full-covariance probit EP runs undamped; it reaches the fixed point of
+    """Default (damping=None) full-covariance probit EP runs undamped (Anderson-accelerated); it reaches the fixed point of
     the damped run (damping=0.5), in fewer sweeps (both run to tol=1e-9, so that "the same fixed
     point" can be checked to 1e-6 in the sites' moments and the evidence). When the undamped run has not converged
     within its sweep budget it is replaced by the damped run, silently (it is a default, not the
@@ -162,6 +162,7 @@ def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch)
     auto = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, tol=1e-9)
     damped = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, damping=0.5, tol=1e-9)
     assert auto.diagnostics["damping_used"] == 1.0 and damped.diagnostics["damping_used"] == 0.5
+    assert auto.diagnostics["anderson"] and not damped.diagnostics["anderson"]
     assert auto.diagnostics["converged"] and damped.diagnostics["converged"]
     assert auto.diagnostics["iterations"] < damped.diagnostics["iterations"]
     for key in ("inclusion_probability", "w_mean", "w_var"):
@@ -175,6 +176,7 @@ def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch)
         warnings.simplefilter("error")  # neither a fallback warning nor a non-convergence warning
         fallback = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, tol=1e-9)
     assert fallback.diagnostics["damping_used"] == 0.5 and fallback.diagnostics["converged"]
+    assert not fallback.diagnostics["anderson"]
     np.testing.assert_allclose(fallback.approximation["inclusion_probability"],
                                damped.approximation["inclusion_probability"], atol=1e-12)
 

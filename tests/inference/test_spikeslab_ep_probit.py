@@ -67,6 +67,64 @@ def test_full_sequential_and_parallel_same_fixed_point():
     assert abs(ev_par - ev_seq) < 1e-6
 
 
+def correlated(seed, n=60, d=300):
+    """n x d probit data, 5 genes of weight 2 (genes 0 and 1 correlated 0.7), inclusion prior 5/d."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[:, 1] = 0.7 * X[:, 0] + 0.7 * X[:, 1]
+    w = np.zeros(d)
+    w[:5] = 2.0
+    y = np.sign(X @ w + rng.normal(size=n))
+    return ep_probit.make_data(X, y, slab_var=np.ones(d), p_incl=np.full(d, 5 / d))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_full_anderson_same_fixed_point_in_fewer_sweeps(seed):
+    """Anderson-extrapolated undamped sweeps reach the fixed point of plain sweeps: inclusion
+    probabilities, means (in posterior SDs) and variances within 1e-6 of a reference run (damping
+    0.5, tol 1e-12), like the plain undamped run, in well under the plain run's sweeps. Measured
+    (tol 1e-6): 21 / 19 sweeps against 48 / 65, errors <= 1e-7, log Z within 8e-6 nats."""
+    data = correlated(seed)
+    hyper = lambda damping, tol: (jnp.asarray(damping), jnp.asarray(tol), jnp.asarray(1000))  # noqa: E731
+    ref = ep_probit_full.finalize(ep_probit_full.run(data, *hyper(0.5, 1e-12)), data)
+    plain = ep_probit_full.run(data, *hyper(1.0, 1e-6))
+    fast = ep_probit_full.run(data, *hyper(1.0, 1e-6), accelerate=True)
+    assert float(plain.max_change) < 1e-6 and float(fast.max_change) < 1e-6
+    assert int(fast.iteration) < 0.6 * int(plain.iteration)
+    for state in (plain, fast):
+        m, v, incl, _, _, log_z = ep_probit_full.finalize(state, data)
+        assert np.max(np.abs(np.asarray(incl - ref[2]))) < 1e-6
+        assert np.max(np.abs(np.asarray(m - ref[0])) / np.sqrt(np.asarray(ref[1]))) < 1e-6
+        assert np.max(np.abs(np.asarray(v / ref[1]) - 1)) < 1e-6
+        assert abs(float(log_z - ref[5])) < 1e-4
+
+
+def test_full_anderson_rejects_an_invalid_extrapolation():
+    """An extrapolation with a negative precision is replaced by the plain sweep's sites and the
+    history is cleared: a history crafted so that the extrapolation is ``-1`` everywhere gives
+    exactly the sites of `update`."""
+    data = correlated(0, d=50)
+    state = ep_probit_full.init(data)
+    for _ in range(3):
+        state = ep_probit_full.update(state, data, 1.0)
+    plain = ep_probit_full.update(state, data, 1.0)
+    x = jnp.concatenate([state.lik_tau, state.lik_nu, state.tau, state.nu])
+    g = jnp.concatenate([plain.lik_tau, plain.lik_nu, plain.tau, plain.nu])
+    M = ep_probit_full.ANDERSON_MEMORY
+    dF = jnp.zeros((M, x.size)).at[0].set(g - x)  # gamma = (1, 0, ...) up to the regularisation
+    dG = jnp.zeros((M, x.size)).at[0].set(g + 1.0)  # extrapolation g - dG[0] = -1
+    used = jnp.zeros(M).at[0].set(1.0)
+    accel = ep_probit_full.AcceleratedState(state, dF, dG, g - x, g, used, jnp.asarray(1, jnp.int32))
+    out = ep_probit_full.update_accelerated(accel, data, 1.0)
+    for name in ("lik_tau", "lik_nu", "tau", "nu", "mf", "vf"):
+        np.testing.assert_allclose(np.asarray(getattr(out.ep, name)), np.asarray(getattr(plain, name)), rtol=1e-12,
+                                   err_msg=name)
+    assert float(jnp.sum(out.used)) == 0.0
+    # control: the same history with a valid target is used (the sites move off G(x))
+    ok = ep_probit_full.update_accelerated(accel._replace(dG=jnp.zeros_like(dG).at[0].set(0.5 * (g - x))), data, 1.0)
+    assert float(jnp.sum(ok.used)) > 0 and not np.allclose(np.asarray(ok.ep.tau), np.asarray(plain.tau))
+
+
 @pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
 def test_constant_and_zero_genes_no_nan(module):
     """An all-zero gene keeps its prior inclusion probability; a constant gene acts as a bias."""
