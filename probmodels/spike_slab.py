@@ -147,15 +147,22 @@ def _check_finite_matrix(X, name):
 
 
 def _check_design(X, y, labels):
-    if not _concrete(X):
-        return X, y
-    try:
-        Xa = np.asarray(X, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"X: needs a numeric array, got {type(X).__name__}") from exc
-    _check_finite_matrix(Xa, "X")
-    if y is None or not _concrete(y):
+    """Checked ``(X, y)``; labels become {0, 1}. Traced values (engines pass the data as arguments
+    of their compiled programs) are not checked, but traced labels are still mapped to {0, 1}, by
+    ``y > 0`` (right for each accepted encoding), so the traced model has the log joint of the
+    concrete one and its programs are kept for new data of the same shapes."""
+    if _concrete(X):
+        try:
+            Xa = np.asarray(X, dtype=float)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"X: needs a numeric array, got {type(X).__name__}") from exc
+        _check_finite_matrix(Xa, "X")
+    else:
+        Xa = X
+    if y is None:
         return Xa, y
+    if not _concrete(y):
+        return Xa, (y > 0).astype(jnp.int32) if labels else y
     ya = np.asarray(y)
     if ya.ndim != 1 or ya.shape[0] != Xa.shape[0]:
         raise ValueError(f"y: needs shape ({Xa.shape[0]},) to match X's rows, got {ya.shape}")
