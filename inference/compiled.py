@@ -12,7 +12,11 @@ A model may treat concrete and traced inputs differently: input checks that conv
 {-1, +1} to {0, 1}, NaN padding to a mask) step aside under tracing, and NumPy on an input fails.
 So before a structure's first compilation its log joint at a draw from the model is computed with
 the data as constants and as arguments; unless the two agree, that structure keeps its data as constants (compiled per call, as a
-plain NumPyro engine does).
+plain NumPyro engine does). The verdict (~0.1 s in a new process: a trace, a lowering and a
+cached program) is also kept on disk beside JAX's persistent compilation cache, keyed by the
+structure, the data's contents, the model's source files and the library versions, so a later
+process fitting the same model to the same data (a script run again) skips the check; on other
+data the check runs (see `verdict_path`).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np
@@ -137,20 +141,142 @@ def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Calla
 
 def traceable(model, args: tuple, kwargs: dict) -> bool:
     """Whether ``model`` gives the same log joint with its array arguments traced as with them
-    concrete, at a draw of its own latents (once per structure)."""
+    concrete, at a draw of its own latents (once per structure; the verdict is read from and
+    written to the persistent cache directory when one is in use, see `verdict_path`)."""
 
     def compute():
-        if not split(args, kwargs).arrays:
+        sp = split(args, kwargs)
+        if not sp.arrays:
             return True
+        path = verdict_path(model, sp.key, sp.arrays)
+        stored = _read_verdict(path)
+        if stored is not None:
+            return stored
         try:
             fn, consts, arrays = check_program(model, args, kwargs)
             concrete, lazy = (np.asarray(v) for v in fn(consts, arrays))
         except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
-            return False
-        rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
-        return bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
+            ok = False
+        else:
+            rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
+            ok = bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
+        _write_verdict(path, ok)
+        return ok
 
     return memo("traceable", model, args, kwargs, compute)
+
+
+VERDICT_PREFIX = "probmodels-traceable-"
+_SIMPLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _simple(x) -> bool:
+    """Values whose ``repr`` is the same in every process (no object addresses)."""
+    if isinstance(x, (tuple, list)):
+        return all(_simple(v) for v in x)
+    if isinstance(x, dict):
+        return all(_simple(k) and _simple(v) for k, v in x.items())
+    return isinstance(x, _SIMPLE)
+
+
+MAX_HASHED_BYTES = 256 * 2**20  # larger data are not hashed: their verdict is not kept on disk
+
+
+def verdict_path(model, key, arrays) -> str | None:
+    """The file holding `traceable`'s verdict for ``model`` on the structure ``key`` with these
+    data ``arrays`` in the persistent cache directory (``None``: not kept on disk). The name hashes
+    everything the check's outcome depends on: the structure (tree, shapes, dtypes, static leaves),
+    the data's contents (a model may convert concrete data that it leaves alone when traced, so a
+    verdict on other values would not carry over), the model's module, name, defaults and closure
+    values, the size and mtime of every loaded file of its top-level package and of this one, and
+    the versions of jax and numpyro. Only plain functions with defaults and closures of plain
+    values qualify (other objects' ``repr`` can differ between processes); a structure whose
+    ``repr`` holds an object address never matches again, which only costs the check."""
+    import hashlib
+    import inspect
+    import os
+    import types
+
+    directory = _verdict_dir()
+    if key is None or not directory or not isinstance(model, types.FunctionType):
+        return None
+    if sum(np.asarray(a).nbytes for a in arrays) > MAX_HASHED_BYTES:
+        return None
+    closure = tuple(c.cell_contents for c in model.__closure__ or ())
+    extras = (model.__defaults__, model.__kwdefaults__, closure)
+    if not _simple(extras):
+        return None
+    try:
+        import numpyro
+
+        source = inspect.getsourcefile(model)
+        if source is None:
+            return None
+        data = hashlib.blake2b(digest_size=20)
+        for a in arrays:
+            data.update(np.ascontiguousarray(np.asarray(a)).view(np.uint8).reshape(-1))
+        text = repr((model.__module__, model.__qualname__, _stamp(source), extras, key, data.hexdigest(),
+                     jax.__version__, numpyro.__version__,
+                     _package_stamps((model.__module__.split(".")[0], "inference"))))
+    except (OSError, TypeError, ValueError):
+        return None
+    return os.path.join(directory, VERDICT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40])
+
+
+def _verdict_dir() -> str | None:
+    """The persistent compilation cache's directory (``None`` when off: verdicts stay in memory)."""
+    return jax.config.jax_compilation_cache_dir
+
+
+def _stamp(path: str) -> tuple:
+    import os
+
+    st = os.stat(path)
+    return (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+def _package_stamps(packages: tuple) -> tuple:
+    """Path, size and mtime of every loaded module file of these top-level packages: an edit to
+    any of them (the model's helpers, this package) changes the verdict's name."""
+    import sys
+
+    files = set()
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in packages:
+            file = getattr(module, "__file__", None)
+            if file:
+                files.add(file)
+    return tuple(_stamp(f) for f in sorted(files))
+
+
+def _read_verdict(path: str | None) -> bool | None:
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            value = f.read()
+    except OSError:
+        return None
+    return {"1": True, "0": False}.get(value)
+
+
+def _write_verdict(path: str | None, ok: bool) -> None:
+    """Written to a temporary name and renamed (another process never reads half a file); a
+    cache directory that cannot be written is left as it is."""
+    import os
+
+    if path is None:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write("1" if ok else "0")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
 
 
 def check_program(model, args: tuple, kwargs: dict):

@@ -158,3 +158,99 @@ def test_the_traceability_check_program_does_not_depend_on_the_data_values():
         texts.append(fn.lower(consts, arrays).as_text())
         assert any(np.shape(c) == X.shape and np.allclose(np.asarray(c), X) for c in consts)
     assert texts[0] == texts[1]
+
+
+def _logistic(X, y=None):
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def _concrete_only(X, y=None):
+    if y is not None and not isinstance(y, jax.core.Tracer):
+        y = (np.asarray(y) > 0).astype(np.int32)
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def test_the_traceability_verdict_is_kept_on_disk_for_the_same_model_and_data(tmp_path, monkeypatch):
+    """The check's verdict is written to the cache directory and read back after the in-memory
+    kept functions are gone (a new process): the check does not run again for the same model and
+    data, runs for new data values, and a negative verdict is kept too."""
+    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    calls = []
+    real = compiled.check_program
+    monkeypatch.setattr(compiled, "check_program", lambda *a: calls.append(a[0]) or real(*a))
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(30, 2))
+    y01 = (X[:, 0] > 0).astype(np.int64)
+    ypm = 2 * y01 - 1
+    compiled.clear()
+    assert compiled.traceable(_logistic, (X, y01), {}) and len(calls) == 1
+    assert compiled.traceable(_concrete_only, (X, y01), {}) and len(calls) == 2
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2 and all(f.startswith(compiled.VERDICT_PREFIX) for f in files)
+    compiled.clear()  # as in a new process
+    assert compiled.traceable(_logistic, (X, y01), {}) and compiled.traceable(_concrete_only, (X, y01), {})
+    assert len(calls) == 2  # both read from disk
+    compiled.clear()
+    # same structure, other label values: the check runs, and catches the concrete-only conversion
+    assert not compiled.traceable(_concrete_only, (X, ypm), {}) and len(calls) == 3
+    compiled.clear()
+    assert not compiled.traceable(_concrete_only, (X, ypm), {}) and len(calls) == 3  # the "no" is kept too
+    # a closure over an array has no stable name: not kept on disk
+    Xc = X.copy()
+    closure = lambda X, y=None: _logistic(X + 0 * Xc, y)  # noqa: E731
+    assert compiled.verdict_path(closure, compiled.split((X, y01), {}).key, [X, y01]) is None
+    assert compiled.verdict_path(_logistic, compiled.split((X, y01), {}).key, [X, y01]) is not None
+    monkeypatch.setattr(compiled, "_verdict_dir", lambda: None)  # cache off: nothing on disk
+    assert compiled.verdict_path(_logistic, compiled.split((X, y01), {}).key, [X, y01]) is None
+    compiled.clear()
+
+
+_VERDICT_SCRIPT = """
+import sys, numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, sys.argv[2])
+from inference import compiled
+from verdict_model import model
+compiled._verdict_dir = lambda: sys.argv[1]
+calls = []
+real = compiled.check_program
+compiled.check_program = lambda *a: calls.append(1) or real(*a)
+rng = np.random.default_rng(0)
+X = rng.normal(size=(30, 2)); y = (X[:, 0] > 0).astype(np.int64)
+print(compiled.traceable(model, (X, y), {}), len(calls))
+"""
+
+_VERDICT_MODEL = """
+import jax.numpy as jnp, numpyro, numpyro.distributions as dist
+
+def model(X, y=None):
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+"""
+
+
+def test_the_traceability_verdict_carries_over_to_a_new_process(tmp_path):
+    """The verdict's file name is the same in a fresh interpreter (no object addresses, no
+    per-process hashing in the key): the second process reads it instead of checking; editing the
+    model's file makes the next process check again."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "verdict_model.py").write_text(_VERDICT_MODEL)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def child():
+        env = {**os.environ, "INFERENCE_COMPILATION_CACHE": "0", "PYTHONHASHSEED": "random"}
+        out = subprocess.run([sys.executable, "-c", _VERDICT_SCRIPT, str(cache), str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()[-2:]
+
+    assert child() == ["True", "1"]  # checked, verdict written
+    assert child() == ["True", "0"]  # read from disk
+    (tmp_path / "verdict_model.py").write_text(_VERDICT_MODEL + "\n# edited\n")
+    assert child() == ["True", "1"]  # the model's file changed: checked again
