@@ -6,9 +6,11 @@ NumPyro on 2 forced host devices, Stan on 2 processes). Samplers: ours (`inferen
 also computes the pointwise log likelihood and convergence diagnostics), raw NumPyro as usually
 written (a new `MCMC` per fit), raw NumPyro reusing one `MCMC` object (`jit_model_args=True`),
 its best case, and raw NumPyro doing the same job as ours (draws + `numpyro.infer.log_likelihood`
-+ `numpyro.diagnostics.summary`). Reported: wall time of the first call in a fresh process (median of 3 processes per
-sampler, so no sampler warms in-process caches for another; tracing and compilation included; the
-persistent compilation cache may hold executables from earlier runs), the median of
++ `numpyro.diagnostics.summary`). Reported: wall time of the first call in a fresh process (median of 7 processes per
+sampler, so no sampler warms in-process caches for another, interleaved round by round across
+samplers so that machine load drifts hit all alike; tracing and compilation included; on the
+benchmark's own data one discarded process per sampler first fills the persistent compilation
+cache), the median of
 3 repeated calls, min bulk ESS over parameters, ESS/s, and the ratios ours/raw NumPyro (overhead)
 and ours/Stan.
 
@@ -165,7 +167,7 @@ def run_stan(name, data, params, python):
         return float(res["seconds"]), min_bulk_ess(draws)
 
 
-FRESH = 3  # fresh processes per (model, sampler) for the first-call time
+FRESH = 7  # fresh processes per (model, sampler) for the first-call time (single runs vary by +-20%)
 
 
 def problem_list(data_seed=None):
@@ -194,20 +196,30 @@ def first_call(name, label, data_seed=None):
         print(f"FIRST {fn(model, margs, mkw, params)[0]!r}")
 
 
-def fresh_first(name, label, new_data=False):
-    """Median over `FRESH` fresh processes of the first-call time: each sampler starts from the
-    same state (no other sampler has warmed JAX's or NumPyro's in-process caches before it). With
-    ``new_data`` every process fits a data set no earlier process has seen (a program that embeds
-    the data cannot come from the persistent cache)."""
+def _fresh_process(name, label, new_data):
     import subprocess
 
-    times = []
+    seed = ["--data-seed", str(time.time_ns() % 2**31)] if new_data else []
+    out = subprocess.run([sys.executable, __file__, "--first", name, label, *seed], check=True,
+                         capture_output=True, text=True).stdout
+    return float(next(line for line in out.splitlines() if line.startswith("FIRST")).split()[1])
+
+
+def fresh_first(name, labels):
+    """``{(label, new_data): (median, times)}`` over `FRESH` fresh processes of the first-call
+    time: each sampler starts from the same state (no other sampler has warmed JAX's or NumPyro's
+    in-process caches before it). Rounds interleave the samplers. On the benchmark's data, one
+    discarded process per sampler first fills the persistent cache (what "an earlier process fitted
+    these data" means); with ``new_data`` every process fits a data set no earlier process has seen
+    (a program that embeds the data cannot come from the persistent cache)."""
+    for label in labels:
+        _fresh_process(name, label, False)
+    times = {(label, new): [] for label in labels for new in (False, True)}
     for _ in range(FRESH):
-        seed = ["--data-seed", str(time.time_ns() % 2**31)] if new_data else []
-        out = subprocess.run([sys.executable, __file__, "--first", name, label, *seed], check=True,
-                             capture_output=True, text=True).stdout
-        times.append(float(next(line for line in out.splitlines() if line.startswith("FIRST")).split()[1]))
-    return sorted(times)[FRESH // 2], times
+        for new in (False, True):
+            for label in labels:
+                times[label, new].append(_fresh_process(name, label, new))
+    return {k: (float(np.median(v)), v) for k, v in times.items()}
 
 
 def main():
@@ -230,9 +242,10 @@ def main():
         runners = (("ours", run_ours), ("numpyro", run_raw),
                    ("numpyro-reused", lambda *a: run_raw(*a, sampler=reused)),
                    ("numpyro+loglik+diagnostics", run_raw_full))
-        for label in ("ours", "numpyro", "numpyro+loglik+diagnostics"):  # interleaved, fresh processes
-            fresh[name, label] = fresh_first(name, label)
-            fresh_new[name, label] = fresh_first(name, label, new_data=True)
+        labels = ("ours", "numpyro", "numpyro+loglik+diagnostics")
+        first_calls = fresh_first(name, labels)  # interleaved rounds of fresh processes
+        for label in labels:
+            fresh[name, label], fresh_new[name, label] = first_calls[label, False], first_calls[label, True]
             print(name, label, "fresh-process first calls", fresh[name, label][1], "new data",
                   fresh_new[name, label][1], flush=True)
         for label, fn in runners:
@@ -256,9 +269,10 @@ def main():
         "float64; OMP_NUM_THREADS=1, single-threaded XLA. `ours` returns the full Posterior (draws, "
         "pointwise log likelihood, R-hat/ESS diagnostics); raw NumPyro returns draws only, except "
         "`numpyro+loglik+diagnostics` (draws, `numpyro.infer.log_likelihood`, `numpyro.diagnostics.summary`). Time 1st: "
-        f"first call in a fresh process (median of {FRESH} processes per sampler, each after imports and "
-        "JAX's backend start-up), tracing and compilation included (the persistent compilation cache may "
-        "serve executables); for numpyro-reused the first call in the benchmark process, for Stan its first "
+        f"first call in a fresh process (median of {FRESH} processes per sampler in interleaved rounds, each "
+        "after imports and JAX's backend start-up; min-max in brackets), tracing and compilation included, "
+        "after one discarded process per sampler filled the persistent compilation cache for these data; "
+        "for numpyro-reused the first call in the benchmark process, for Stan its first "
         f"sampling call. Time again: median of {REPEATS} further calls. Stan's time "
         "excludes the C++ build. ESS: min bulk ESS over parameters (ArviZ), of the repeated call.",
         "",
@@ -278,17 +292,20 @@ def main():
             (t1, e1), (t2, e2) = res[label]
             cmp = ("", "", "") if label == "ours" else (
                 f"{t1o / t1:.3f}", f"{t2o / t2:.3f}", f"{ours_rate / (e2 / t2):.2f}")
-            lines.append(f"| {name} | {label} | {t1:.2f} | {t2:.3f} | {e2:.0f} | {e2 / t2:.0f} | "
+            spread = fresh.get((name, label))
+            t1s = f"{t1:.2f}" if spread is None else f"{t1:.2f} ({min(spread[1]):.2f}-{max(spread[1]):.2f})"
+            lines.append(f"| {name} | {label} | {t1s} | {t2:.3f} | {e2:.0f} | {e2 / t2:.0f} | "
                          f"{cmp[0]} | {cmp[1]} | {cmp[2]} |")
     lines += ["", f"First call in a fresh process on a data set no earlier process has seen (median of {FRESH} "
-              "processes, each with its own new data of the same shapes): programs that embed the data (raw "
+              "processes, min-max in brackets, each with its own new data of the same shapes): programs that embed the data (raw "
               "NumPyro's) cannot be served by the persistent compilation cache, ours take the data as arguments.",
               "", "| model | sampler | time 1st, new data (s) | ours/this |", "|---|---|---|---|"]
     for name, _ in rows:
         ours_new = fresh_new[name, "ours"][0]
         for label in ("ours", "numpyro", "numpyro+loglik+diagnostics"):
-            t = fresh_new[name, label][0]
-            lines.append(f"| {name} | {label} | {t:.2f} | {'' if label == 'ours' else f'{ours_new / t:.3f}'} |")
+            t, times = fresh_new[name, label]
+            lines.append(f"| {name} | {label} | {t:.2f} ({min(times):.2f}-{max(times):.2f}) | "
+                         f"{'' if label == 'ours' else f'{ours_new / t:.3f}'} |")
     lines += ["", "Reproduce: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mcmc_overhead.py "
               "--stan-python PY` (PY: a Python 3.12 with pystan; httpstan has no 3.13 build)", ""]
     text = "\n".join(lines)
