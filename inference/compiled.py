@@ -67,11 +67,31 @@ def _is_data(x) -> bool:
         return False
 
 
+def _static_key(x):
+    """A non-array leaf as it enters the key: itself, or for a SciPy sparse matrix (unhashable; a
+    corpus of counts for LDA) its format, shape and a digest of its contents, so refits on the
+    same matrix reuse the kept functions (which close over the first call's, equal, matrix)."""
+    import sys
+
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is not None and sparse.issparse(x):
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=20)
+        for name in ("data", "indices", "indptr", "row", "col", "offsets"):
+            part = getattr(x, name, None)
+            if isinstance(part, np.ndarray):
+                h.update(name.encode())
+                h.update(np.ascontiguousarray(part).view(np.uint8).reshape(-1))
+        return ("sparse", x.format, x.shape, str(x.dtype), h.hexdigest())
+    return x
+
+
 def split(args: tuple, kwargs: dict) -> Split:
     leaves, treedef = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
     where = [i for i, x in enumerate(leaves) if _is_data(x)]
     arrays = [leaves[i] for i in where]
-    static = tuple((i, type(x), x) for i, x in enumerate(leaves) if i not in set(where))
+    static = tuple((i, type(x), _static_key(x)) for i, x in enumerate(leaves) if i not in set(where))
     avals = tuple((np.shape(x), np.dtype(x.dtype).str) for x in arrays)
     key = (treedef, static, avals, bool(jax.config.jax_enable_x64))
     try:

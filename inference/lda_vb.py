@@ -51,7 +51,7 @@ import scipy.special
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 
-from inference import _model, _options
+from inference import _model, _options, compiled
 from inference.posterior import Posterior
 
 METHODS = ("batch", "online")
@@ -653,16 +653,27 @@ def _dirichlet_log_pdf(x, concentration):
 
 def _model_densities(model, args, kwargs, draws):
     """The model's log joint, each observed site's pointwise log likelihood and the deterministic
-    sites at every draw: one substituted trace per draw, in chunks (memory of a few draws)."""
+    sites at every draw: one substituted trace per draw, in chunks (memory of a few draws). One
+    program per model structure with the data as arguments (`inference.compiled`): a closure over
+    the corpus compiled again on every fit (~0.45 s of a 1 s refit on Reuters)."""
     from numpyro.infer.util import log_density
 
-    def one(values):
-        lp, tr = log_density(model, args, kwargs, values)
-        obs = {n: s["fn"].log_prob(s["value"]) for n, s in tr.items() if s["type"] == "sample" and s["is_observed"]}
-        det = {n: s["value"] for n, s in tr.items() if s["type"] == "deterministic"}
-        return lp, obs, det
+    def build(rebuild):
+        def run(arrays, values):
+            a, kw = rebuild(arrays)
 
-    lp, loglik, det = jax.jit(lambda v: lax.map(one, v, batch_size=8))(draws)
+            def one(v):
+                lp, tr = log_density(model, a, kw, v)
+                obs = {n: s["fn"].log_prob(s["value"]) for n, s in tr.items()
+                       if s["type"] == "sample" and s["is_observed"]}
+                det = {n: s["value"] for n, s in tr.items() if s["type"] == "deterministic"}
+                return lp, obs, det
+
+            return lax.map(one, values, batch_size=8)
+
+        return jax.jit(run)
+
+    lp, loglik, det = compiled.call("lda-densities", model, args, kwargs, (), build, draws)
     lp = np.asarray(lp)
     if not np.all(np.isfinite(lp)):
         raise FloatingPointError("non-finite model log density at a draw from the LDA variational posterior")

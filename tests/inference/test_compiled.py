@@ -254,3 +254,18 @@ def test_the_traceability_verdict_carries_over_to_a_new_process(tmp_path):
     assert child() == ["True", "0"]  # read from disk
     (tmp_path / "verdict_model.py").write_text(_VERDICT_MODEL + "\n# edited\n")
     assert child() == ["True", "1"]  # the model's file changed: checked again
+
+
+def test_a_sparse_matrix_argument_is_keyed_by_its_contents():
+    """A SciPy sparse matrix (an LDA corpus) cannot be hashed: it enters the key as a digest of its
+    contents, so refits on the same matrix reuse the kept functions and other contents do not."""
+    import scipy.sparse
+
+    A = scipy.sparse.random(20, 30, density=0.2, format="csr", random_state=0)
+    key = compiled.split((A,), {"num_topics": 3}).key
+    assert key is not None
+    assert compiled.split((A.copy(),), {"num_topics": 3}).key == key
+    B = A.copy()
+    B.data[0] += 1.0
+    assert compiled.split((B,), {"num_topics": 3}).key != key
+    assert compiled.split((A.tocsc(),), {"num_topics": 3}).key != key  # another format: another program
