@@ -75,16 +75,20 @@ def _static_key(x):
 
     sparse = sys.modules.get("scipy.sparse")
     if sparse is not None and sparse.issparse(x):
-        import hashlib
-
-        h = hashlib.blake2b(digest_size=20)
-        for name in ("data", "indices", "indptr", "row", "col", "offsets"):
-            part = getattr(x, name, None)
-            if isinstance(part, np.ndarray):
-                h.update(name.encode())
-                h.update(np.ascontiguousarray(part).view(np.uint8).reshape(-1))
-        return ("sparse", x.format, x.shape, str(x.dtype), h.hexdigest())
+        parts = [(name, getattr(x, name, None)) for name in ("data", "indices", "indptr", "row", "col", "offsets")]
+        return ("sparse", x.format, x.shape, str(x.dtype), _digest(p for p in parts if isinstance(p[1], np.ndarray)))
     return x
+
+
+def _digest(named_arrays) -> str:
+    """A content digest of ``(name, array)`` pairs (host arrays)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=20)
+    for name, a in named_arrays:
+        h.update(str(name).encode())
+        h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
+    return h.hexdigest()
 
 
 def split(args: tuple, kwargs: dict) -> Split:
@@ -220,7 +224,8 @@ def verdict_path(model, key, arrays) -> str | None:
     directory = _verdict_dir()
     if key is None or not directory or not isinstance(model, types.FunctionType):
         return None
-    if sum(np.asarray(a).nbytes for a in arrays) > MAX_HASHED_BYTES:
+    arrays = [np.asarray(a) for a in arrays]  # one host copy, for the size and the digest
+    if sum(a.nbytes for a in arrays) > MAX_HASHED_BYTES:
         return None
     closure = tuple(c.cell_contents for c in model.__closure__ or ())
     extras = (model.__defaults__, model.__kwdefaults__, closure)
@@ -232,10 +237,7 @@ def verdict_path(model, key, arrays) -> str | None:
         source = inspect.getsourcefile(model)
         if source is None:
             return None
-        data = hashlib.blake2b(digest_size=20)
-        for a in arrays:
-            data.update(np.ascontiguousarray(np.asarray(a)).view(np.uint8).reshape(-1))
-        text = repr((model.__module__, model.__qualname__, _stamp(source), extras, key, data.hexdigest(),
+        text = repr((model.__module__, model.__qualname__, _stamp(source), extras, key, _digest(enumerate(arrays)),
                      jax.__version__, numpyro.__version__,
                      _package_stamps((model.__module__.split(".")[0], "inference"))))
     except (OSError, TypeError, ValueError):

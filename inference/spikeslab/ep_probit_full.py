@@ -147,11 +147,22 @@ def update(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
     give. Using the refreshed Q for the second block (rather than the Q both blocks started from)
     takes about a quarter fewer sweeps to the same fixed point at no extra cost per sweep: two
     n x n x d products (the w marginals, then ``K`` for the new prior sites)."""
+    return _with_sites(state, data, XT, *_parallel_targets(state, data, damping, XT))
+
+
+def _parallel_targets(state: FullState, data: ProbitData, damping, XT=None):
+    """The sites one parallel sweep moves to, ``G(x)``, and what `_with_sites` needs with them:
+    ``(lik_tau, lik_nu, tau, nu, m, v, incl, skipped, clipped)``."""
     t_new, n_new, ok_l, _, _, _ = _likelihood_targets(state, data)
-    mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
-    lik_tau, lik_nu = mix(t_new, state.lik_tau, ok_l), mix(n_new, state.lik_nu, ok_l)
+    lik_tau, lik_nu = _mix(damping, t_new, state.lik_tau, ok_l), _mix(damping, n_new, state.lik_nu, ok_l)
     m, v = _w_marginals(data.X, state.K, lik_tau, lik_nu, state.tau, state.nu, XT, state.mu0)
-    return _prior_sweep(state, data, damping, lik_tau, lik_nu, jnp.sum(~ok_l), m, v, XT)
+    tau, nu, incl, skipped, clipped = _prior_sites(state, data, damping, m, v)
+    return lik_tau, lik_nu, tau, nu, m, v, incl, jnp.sum(~ok_l) + skipped, clipped
+
+
+def _mix(damping, new, old, ok):
+    """A damped step to ``new`` where ``ok``, ``old`` elsewhere."""
+    return jnp.where(ok, damping * new + (1 - damping) * old, old)
 
 
 def update_sequential(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
@@ -200,8 +211,7 @@ def _prior_sites(state: FullState, data: ProbitData, damping, m, v):
     nu_c = m / v - state.nu
     ok_p = tau_c > 0
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
-    mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
-    tau, nu = mix(tau_new, state.tau, ok_p), mix(nu_new, state.nu, ok_p)
+    tau, nu = _mix(damping, tau_new, state.tau, ok_p), _mix(damping, nu_new, state.nu, ok_p)
     return tau, nu, jnp.where(ok_p, t.incl, state.incl), jnp.sum(~ok_p), jnp.sum(clipped & ok_p)
 
 
@@ -244,14 +254,9 @@ def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) 
     extrapolation with a negative or non-finite precision is replaced by ``G(x)`` and the history
     is cleared."""
     s = a.ep
-    t_new, n_new, ok_l, _, _, _ = _likelihood_targets(s, data)
-    mix = lambda new, old, ok: jnp.where(ok, damping * new + (1 - damping) * old, old)  # noqa: E731
-    lik_tau, lik_nu = mix(t_new, s.lik_tau, ok_l), mix(n_new, s.lik_nu, ok_l)
-    m, v = _w_marginals(data.X, s.K, lik_tau, lik_nu, s.tau, s.nu, XT, s.mu0)
-    tau, nu, incl, skipped, clipped = _prior_sites(s, data, damping, m, v)
-    n, d = data.X.shape
+    *targets, m, v, incl, skipped, clipped = _parallel_targets(s, data, damping, XT)
     x = jnp.concatenate([s.lik_tau, s.lik_nu, s.tau, s.nu])
-    g = jnp.concatenate([lik_tau, lik_nu, tau, nu])
+    g = jnp.concatenate(targets)
     f = g - x
     record = s.iteration > ANDERSON_START  # a.f, a.g are the previous sweep's
     row = a.count % ANDERSON_MEMORY  # written in place; unused rows are masked out, never read
@@ -262,11 +267,10 @@ def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) 
     reg = 1e-12 * jnp.trace(gram) + jnp.finfo(gram.dtype).tiny
     gamma = jnp.linalg.solve(gram + reg * jnp.eye(ANDERSON_MEMORY, dtype=gram.dtype), used * (dF @ f))
     x_new = g - gamma @ dG
-    lt, ln, tn = x_new[:n], x_new[n:2 * n], x_new[2 * n:2 * n + d]
-    valid = jnp.all(jnp.isfinite(x_new)) & jnp.all(lt >= 0) & jnp.all(tn > 0)
-    x_new = jnp.where(valid, x_new, g)
-    lt, ln, tn, nn = x_new[:n], x_new[n:2 * n], x_new[2 * n:2 * n + d], x_new[2 * n + d:]
-    ep = _with_sites(s, data, XT, lt, ln, tn, nn, m, v, incl, jnp.sum(~ok_l) + skipped, clipped)
+    n, d = data.X.shape
+    valid = jnp.all(jnp.isfinite(x_new)) & jnp.all(x_new[:n] >= 0) & jnp.all(x_new[2 * n:2 * n + d] > 0)
+    sites = jnp.split(jnp.where(valid, x_new, g), [n, 2 * n, 2 * n + d])  # lik_tau, lik_nu, tau, nu
+    ep = _with_sites(s, data, XT, *sites, m, v, incl, skipped, clipped)
     return AcceleratedState(ep, dF, dG, f, g, jnp.where(valid, used, 0.0), a.count + record)
 
 

@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +33,7 @@ import numpyro.distributions as dist
 from scipy.special import ndtr, ndtri
 from numpyro import handlers
 
+from inference import compiled
 from inference.spikeslab.distribution import SpikeSlab, is_spike_slab, unwrap
 
 
@@ -145,59 +145,16 @@ def extract(model, args, kwargs, trace) -> Problem:
     return Problem(lik, z_name, w_name, y_name, prec_name, X, y, b, p, slab1**2, noise_prior, log_adj, c)
 
 
-_PROBE_CACHE: dict = {}
-
-
-class Signature(NamedTuple):
-    """A model's arguments split into traced arrays and a hashable rest (the cache key)."""
-
-    key: object  # None when some argument is unhashable
-    arrays: list
-    treedef: object
-    static: tuple
-    is_array: list
-
-    def rebuild(self, arrays):
-        it = iter(arrays)
-        return jax.tree.unflatten(self.treedef, [next(it) if a else v for v, a in zip(self.static, self.is_array)])
-
-
-def signature(model, args, kwargs, *extra) -> Signature:
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    is_array = [isinstance(v, (np.ndarray, jax.Array)) for v in leaves]
-    arrays = [v for v, a in zip(leaves, is_array) if a]
-    static = tuple((None if a else v) for v, a in zip(leaves, is_array))  # arrays not captured
-    key = (model, treedef, static, tuple((np.shape(v), np.result_type(v).str) for v in arrays), extra)
-    try:
-        hash(key)
-    except TypeError:  # unhashable static argument: no caching
-        key = None
-    return Signature(key, arrays, treedef, static, is_array)
-
-
 def _probe_functions(model, args, kwargs, names, lik, n, d):
     """``probe() -> ((mean, scale, slab) at w = 0, tau = 1; (scale, slab) at tau = 4; d mean / d w)``
     and ``param(w)`` (mean or probability at ``w``), compiled once per model and argument
-    signature: array arguments are traced, everything else is part of the cache key, so repeated
-    fits (splits, engines, predictions) of the same model and shapes do not recompile. A model
-    that cannot be traced with array arguments falls back to a per-call compilation."""
-    sig = signature(model, args, kwargs, names, lik, n, d)
-    if sig.key is not None:
-        entry = _PROBE_CACHE.get(sig.key)
-        if entry is None:
-            entry = _PROBE_CACHE[sig.key] = _make_probes(model, sig.rebuild, names, lik, n, d)
-        if entry is not _UNTRACEABLE:
-            try:
-                out = entry[0](sig.arrays)
-                return (lambda: out), (lambda w: entry[1](sig.arrays, w))
-            except (jax.errors.JAXTypeError, TypeError, ValueError):  # the model needs concrete arrays
-                _PROBE_CACHE[sig.key] = _UNTRACEABLE
-    probe_j, param_j = _make_probes(model, lambda _: (args, kwargs), names, lik, n, d)
-    out = probe_j([])
-    return (lambda: out), (lambda w: param_j([], w))
-
-
-_UNTRACEABLE = object()
+    structure by `inference.compiled` (array arguments traced, so repeated fits of the same model
+    and shapes -- splits, engines, predictions -- do not recompile; a model that needs concrete
+    arrays gets its data as constants)."""
+    (probe_j, param_j), arrays = compiled.get("spikeslab-probe", model, args, kwargs, (names, lik, n, d),
+                                              lambda rebuild: _make_probes(model, rebuild, names, lik, n, d))
+    out = probe_j(arrays)
+    return (lambda: out), (lambda w: param_j(arrays, w))
 
 
 def _make_probes(model, rebuild, names, lik, n, d):
