@@ -77,14 +77,17 @@ def _build(model, options):
             return draws, stats, loglik
 
         if method == "parallel":  # one chain per device, each running its own program
-            from jax.sharding import Mesh, PartitionSpec
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
             mesh = Mesh(np.array(jax.local_devices()[:num_chains]), ("chain",))
             def per_device(arrays, keys, init):  # the local block holds one chain: no vmap
                 return jax.tree.map(lambda x: x[None], one_chain(arrays, keys[0], init))
 
+            # explicit shardings: a program exported to disk (`inference.exported`) needs them
+            same, by_chain = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("chain"))
             return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("chain"), PartitionSpec()),
-                                         out_specs=PartitionSpec("chain"), check_vma=False))
+                                         out_specs=PartitionSpec("chain"), check_vma=False),
+                           in_shardings=(same, by_chain, same), out_shardings=by_chain)
         if method == "vectorized":
             return jax.jit(jax.vmap(one_chain, in_axes=(None, 0, None)))
         return jax.jit(lambda arrays, keys, init: lax.map(lambda k: one_chain(arrays, k, init), keys))
@@ -112,7 +115,8 @@ def run_nuts(model, args, kwargs, *, seed, num_warmup, num_samples, num_chains, 
     _BAR["bar"] = bar
     try:
         samples, stats, loglik = jax.device_get(compiled.call("nuts", model, args, kwargs, options,
-                                                              _build(model, options), keys, init))
+                                                              _build(model, options), keys, init,
+                                                              persist=not progress))
     finally:
         _BAR["bar"] = None
         if bar is not None:

@@ -16,7 +16,8 @@ plain NumPyro engine does). The verdict (~0.1 s in a new process: a trace, a low
 cached program) is also kept on disk beside JAX's persistent compilation cache, keyed by the
 structure, the data's contents, the model's source files and the library versions, so a later
 process fitting the same model to the same data (a script run again) skips the check; on other
-data the check runs (see `verdict_path`).
+data the check runs (see `verdict_path`). Programs called with ``persist=True`` are kept on
+disk too, exported, so that a later process does not trace them again (`inference.exported`).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np
@@ -138,16 +139,24 @@ def _entry(tag, model, args, kwargs, options, build):
     return fn, sp.arrays, key, True
 
 
-def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, *extra):
+def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, *extra,
+         persist: bool = False):
     """``build(rebuild)(arrays, *extra)``, where ``build`` runs once per structure.
 
     ``build`` receives ``rebuild(arrays) -> (args, kwargs)`` and returns the function to keep
     (typically ``jax.jit``-ed); ``tag`` names the engine step and ``options`` its static settings.
+    With ``persist`` the program is also kept on disk for later processes (`inference.exported`;
+    only for programs without host callbacks).
     """
     fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
     if not new:
         return fn(arrays, *extra)
     try:
+        if persist:
+            from inference import exported
+
+            fn = _CACHE[key] = exported.keep(fn, exported.path(tag, model, args, kwargs, options, extra),
+                                             arrays, extra)
         return fn(arrays, *extra)
     except _TRACER_ERRORS:  # this step needs concrete data: keep them constant from now on
         _CACHE.pop(key, None)

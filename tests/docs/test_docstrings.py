@@ -12,7 +12,7 @@ MODULES = [
     "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.sites",
     "inference.ep.state", "inference.ep.update", "inference.sbc",
     "probmodels.conjugate", "probmodels.datasets", "probmodels.regression", "probmodels.simulate",
-    "inference.distributed_ep", "inference.sharding", "inference.compiled", "inference.cache", "inference.lda_vb", "probmodels.lda", "probmodels.text",
+    "inference.distributed_ep", "inference.sharding", "inference.compiled", "inference.exported", "inference.cache", "inference.lda_vb", "probmodels.lda", "probmodels.text",
     "inference.hmm", "inference.hmm.baum_welch", "inference.hmm.forward_backward", "inference.hmm.parallel",
     "inference.hmm.sampling", "inference.hmm.viterbi", "probmodels.hmm",
     "inference.spikeslab", "probmodels.spike_slab", "probmodels.kernels", "probmodels.gp",

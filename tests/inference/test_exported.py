@@ -1,0 +1,144 @@
+"""Engine programs kept on disk (`inference.exported`): read back instead of traced, same draws,
+and never reused for a model that computes something else."""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import inference
+from inference import compiled, exported
+
+SCALE = 5.0
+
+
+def _normal_mean(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, SCALE))
+    tau = numpyro.sample("tau", dist.HalfNormal(2.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0 + tau), obs=y)
+
+
+def _other_prior(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 4.0))
+    tau = numpyro.sample("tau", dist.HalfNormal(2.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0 + tau), obs=y)
+
+
+def _other_support(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, SCALE))
+    tau = numpyro.sample("tau", dist.Exponential(2.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0 + tau), obs=y)
+
+
+def test_the_fingerprint_follows_what_the_model_computes_not_the_data_values(monkeypatch):
+    """Equal for new data values of the same shape (the program takes them as arguments);
+    different for another prior, another distribution, another data shape, and a changed global
+    the model reads (as an edit of its file would give)."""
+    y = np.array([1.0, 2.0, 0.5])
+    compiled.clear()
+    base = exported.fingerprint(_normal_mean, (y,), {})
+    assert base is not None
+    assert exported.fingerprint(_normal_mean, (y + 3.0,), {}) == base
+    assert exported.fingerprint(_other_prior, (y,), {}) != base
+    assert exported.fingerprint(_other_support, (y,), {}) != base
+    assert exported.fingerprint(_normal_mean, (np.ones(4),), {}) != base
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", 4.0)
+    compiled.clear()  # a new process: nothing kept in memory
+    changed = exported.fingerprint(_normal_mean, (y,), {})
+    assert changed is not None and changed != base
+    compiled.clear()
+
+
+def _draws(post):
+    return hashlib.sha256(np.asarray(post.samples["mu"]).tobytes() + np.asarray(post.samples["tau"]).tobytes()).hexdigest()
+
+
+@pytest.mark.filterwarnings("ignore:.*divergent transitions")
+def test_a_kept_program_is_read_back_and_gives_the_same_draws(tmp_path, monkeypatch):
+    """First fit: exported and written; after the in-memory programs are gone (a new process) it is
+    read back, not traced, and the draws are bitwise those of the program traced without the
+    cache. A file that does not deserialize is replaced; a progress bar (a host callback) is never
+    kept."""
+    y = np.array([1.0, 2.0, 0.5, -0.3])
+    fit = lambda **kw: inference.mcmc(_normal_mean, y, num_warmup=30, num_samples=20, num_chains=1,  # noqa: E731
+                                      seed=3, **{"progress": False, **kw})
+    compiled.clear()
+    plain = _draws(fit())  # cache off: traced, not kept
+    exports = []
+    real = jax.export.export
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    compiled.clear()
+    assert _draws(fit()) == plain and len(exports) == 1
+    files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
+    assert len(files) == 1
+    compiled.clear()
+    assert _draws(fit()) == plain and len(exports) == 1  # read back
+    files[0].write_bytes(b"not a program")
+    compiled.clear()
+    assert _draws(fit()) == plain and len(exports) == 2  # exported again
+    assert files[0].read_bytes() != b"not a program"
+    compiled.clear()
+    fit(progress=True)
+    assert len(exports) == 2 and len([p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]) == 1
+    compiled.clear()
+
+
+_SCRIPT = """
+import hashlib, sys, numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+sys.path.insert(0, sys.argv[2])
+import inference
+from inference import compiled
+if sys.argv[1] != "-":
+    compiled._verdict_dir = lambda: sys.argv[1]
+exports = []
+real = jax.export.export
+jax.export.export = lambda *a, **k: exports.append(1) or real(*a, **k)
+from program_model import model
+post = inference.mcmc(model, np.array([1.0, 2.0, 0.5, -0.3]), num_warmup=30, num_samples=20, num_chains=2,
+                      chain_method="parallel", seed=3, progress=False)
+print(len(exports), hashlib.sha256(np.asarray(post.samples["mu"]).tobytes()).hexdigest()[:16],
+      post.diagnostics["chain_method"])
+"""
+
+_MODEL = """
+import numpyro, numpyro.distributions as dist
+
+def model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    tau = numpyro.sample("tau", dist.HalfNormal(2.0))
+    numpyro.sample("y", dist.Normal(mu, 1.0 + tau), obs=y)
+"""
+
+
+def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
+    """Fresh interpreters (``PYTHONHASHSEED=random``, chains on two devices): the second reads the
+    first's program instead of exporting it and gets the draws of a process without the cache; an
+    edit of the model's file writes a new program with other draws."""
+    (tmp_path / "program_model.py").write_text(_MODEL)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def child(directory):
+        env = {**os.environ, "INFERENCE_COMPILATION_CACHE": "0", "PYTHONHASHSEED": "random",
+               "XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false"}
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, directory, str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        exports, digest, method = out.stdout.split()[-3:]
+        assert method == "parallel"
+        return int(exports), digest, len([p for p in cache.iterdir() if p.name.startswith(exported.PREFIX)])
+
+    _, plain, _ = child("-")
+    assert child(str(cache)) == (1, plain, 1)  # exported and written
+    assert child(str(cache)) == (0, plain, 1)  # read back
+    (tmp_path / "program_model.py").write_text(_MODEL.replace("5.0", "4.0"))
+    exports, digest, files = child(str(cache))
+    assert exports == 1 and digest != plain and files == 2
