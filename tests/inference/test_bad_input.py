@@ -119,3 +119,19 @@ def test_optax_optimizer_is_accepted():
     post = inference.vi(probmodels.linear_regression, X, Y, noise_scale=1.0, optimizer=optax.adam(0.02),
                         steps=3000, num_samples=20, progress=False)
     assert post.samples["w"].shape == (1, 20, 2)
+
+
+def test_laplace_without_a_valid_start_raises_numpyros_error():
+    """The start is searched in a compiled program; when it finds none, NumPyro's own eager check
+    runs and raises (not a silent non-finite mode search)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    def nowhere(y):
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+        numpyro.factor("wall", jnp.where(x > 50.0, 0.0, -jnp.inf))
+        numpyro.sample("y", dist.Normal(x, 1.0), obs=y)
+
+    with pytest.raises(RuntimeError, match="Cannot find valid initial parameters"):
+        inference.laplace(nowhere, np.zeros(3))
