@@ -153,7 +153,7 @@ def pointwise_log_likelihood(model, flat_samples, args, kwargs) -> dict[str, np.
 
         return jax.jit(loglik)
 
-    out = compiled.call("loglik", model, args, kwargs, (), build, _as_jax(flat_samples))
+    out = compiled.call("loglik", model, args, kwargs, (), build, _as_jax(flat_samples), persist=True)
     return {k: np.asarray(v) for k, v in out.items()}
 
 

@@ -156,7 +156,7 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
             from inference import exported
 
             fn = _CACHE[key] = exported.keep(fn, exported.path(tag, model, args, kwargs, options, extra),
-                                             arrays, extra)
+                                             (arrays, *extra))
         return fn(arrays, *extra)
     except _TRACER_ERRORS:  # this step needs concrete data: keep them constant from now on
         _CACHE.pop(key, None)
@@ -164,11 +164,23 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
         return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
 
 
-def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable):
+def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, persist: bool = False):
     """``(fn, arrays)``: ``build(rebuild)`` kept per structure (like `call`) and the arrays to pass
     it, for engines that call the kept functions several times (``arrays`` is ``[]`` when the
-    structure keeps its data as constants)."""
-    fn, arrays, _, _ = _entry(tag, model, args, kwargs, options, build)
+    structure keeps its data as constants). With ``persist`` each jitted function (or field of a
+    NamedTuple of them) is also kept on disk, per shapes of its arguments (`inference.exported`)."""
+    fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
+    if new and persist:
+        from inference import exported
+
+        def wrap(name, f):
+            return exported.lazy(f, f"{tag}.{name}", model, args, kwargs, options) if hasattr(f, "trace") else f
+
+        if isinstance(fn, tuple) and hasattr(fn, "_fields"):
+            fn = fn._replace(**{name: wrap(name, getattr(fn, name)) for name in fn._fields})
+        else:
+            fn = wrap("", fn)
+        _CACHE[key] = fn
     return fn, arrays
 
 

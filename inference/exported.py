@@ -49,6 +49,7 @@ from inference import compiled
 
 PREFIX = "probmodels-program-"
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_NOT_KEPT = object()  # an empty file: this program cannot be exported
 
 
 def fingerprint(model, args: tuple, kwargs: dict) -> str | None:
@@ -145,25 +146,46 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
     return os.path.join(directory, PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40])
 
 
-def keep(fn, file: str | None, arrays: list, extra: tuple):
-    """The program ``fn`` (a ``jax.jit`` function of ``(arrays, *extra)``) as read from ``file``,
-    or exported now and written there; ``fn`` itself when it cannot be kept. Errors from tracing
-    ``fn`` (a model that needs concrete data) propagate, as calling ``fn`` would raise them."""
+def keep(fn, file: str | None, call_args: tuple):
+    """The program ``fn`` (a ``jax.jit`` function, called with ``call_args``) as read from ``file``,
+    or exported now and written there; ``fn`` itself when it cannot be kept (an empty file records
+    that, so later processes do not try again). Errors from tracing ``fn`` (a model that needs
+    concrete data) propagate, as calling ``fn`` would raise them."""
     if file is None or not hasattr(fn, "trace"):
         return fn
     exp = _load(file)
+    if exp is _NOT_KEPT:
+        return fn
     if exp is None:
         try:
-            exp = jax.export.export(fn)(arrays, *extra)
+            exp = jax.export.export(fn)(*call_args)
             blob = exp.serialize()
         except compiled._TRACER_ERRORS:
             raise
-        except Exception:  # noqa: BLE001 - e.g. an effect or custom call export does not support
+        except Exception:  # noqa: BLE001 - e.g. an effect, custom call or pytree node export does not support
+            _write(file, b"")
             return fn
         if not _usable(exp):
+            _write(file, b"")
             return fn
         _write(file, bytes(blob))
     return _runner(exp)
+
+
+def lazy(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple):
+    """``fn`` kept with `keep` once per shapes of the arguments it is called with (for engines
+    whose kept programs are called with arguments they make themselves, via `compiled.get`)."""
+    kept = {}
+
+    def run(*call_args):
+        leaves, tree = jax.tree.flatten(call_args)
+        signature = (tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x).__name__))) for x in leaves))
+        program = kept.get(signature)
+        if program is None:
+            program = kept[signature] = keep(fn, path(tag, model, args, kwargs, options, call_args), call_args)
+        return program(*call_args)
+
+    return run
 
 
 def _load(file: str):
@@ -176,6 +198,8 @@ def _load(file: str):
         exp = jax.export.deserialize(bytearray(blob))
     except Exception:  # noqa: BLE001 - truncated or from another jax: export again
         exp = None
+    if not blob:
+        return _NOT_KEPT
     if exp is None or not _usable(exp):
         try:
             os.remove(file)

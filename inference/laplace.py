@@ -108,7 +108,7 @@ def laplace(
     x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, key))
     if mesh is None:  # programs kept per model structure, the data passed as arguments
         progs, data = compiled.get("laplace", model, args, kwargs, (max_iter, tol), lambda rebuild: _programs(
-            model, unravel, lambda arrays: rebuild(arrays), max_iter, tol))
+            model, unravel, lambda arrays: rebuild(arrays), max_iter, tol), persist=True)
     else:  # the sharded data cross the jit boundary as arguments: GSPMD splits the likelihood by rows
         data = sharding.prepare(model, args, kwargs, trace, mesh)
         progs = _programs(model, unravel, lambda d: sharding.merge_data(args, kwargs, d), max_iter, tol)
@@ -141,7 +141,7 @@ def laplace(
     lp = -np.asarray(progs.values(jnp.asarray(draws), data))
     flat = {k: v for k, v in progs.constrain(jnp.asarray(draws), data).items() if k in latent}
     samples, loglik, observed = _model.finish_samples(
-        model, flat, args, kwargs, jax.random.fold_in(key, 5), 1)
+        model, flat, args, kwargs, jax.random.fold_in(key, 5), 1, trace=trace)
     cov = np.linalg.solve(H, np.eye(d))
     converged = bool(newton_ok or grad_norm < tol * max(1.0, abs(u_star)))
     diagnostics = {
@@ -180,7 +180,8 @@ def _initial_point(model, args, kwargs, seed, key) -> dict:
         return jax.jit(run)
 
     init_arrays = {k: jnp.asarray(v) for k, v in init.items()} if has_init else None
-    z, valid = compiled.call("laplace-init", model, args, kwargs, (has_init,), build, key, init_arrays)
+    z, valid = compiled.call("laplace-init", model, args, kwargs, (has_init,), build, key, init_arrays,
+                             persist=True)
     if not bool(valid):  # raises NumPyro's error naming the site, or finds a start eagerly
         strategy = init_to_value(values=init) if has_init else init_to_median(num_samples=15)
         z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy)[0].z
@@ -190,7 +191,7 @@ def _initial_point(model, args, kwargs, seed, key) -> dict:
 class _Programs(NamedTuple):
     """The compiled pieces of a Laplace fit, each a function of ``(x, data)``."""
 
-    mode: Callable  # L-BFGS loop -> MapState
+    mode: Callable  # L-BFGS loop -> (x, value, grad_norm, iteration)
     value: Callable  # potential energy U
     values: Callable  # U over a batch of points
     grad: Callable
@@ -210,18 +211,24 @@ def _programs(model, unravel, model_inputs, max_iter, tol) -> _Programs:
         return constrain_fn(model, a, kw, unravel(z))
 
     return _Programs(
-        mode=jax.jit(lambda x, data: _mode_loop(lambda z: U(z, data), x, max_iter, tol)),
+        mode=jax.jit(lambda x, data: _final(_mode_loop(lambda z: U(z, data), x, max_iter, tol))),
         value=jax.jit(U), values=jax.jit(jax.vmap(U, in_axes=(0, None))),
         grad=jax.jit(jax.grad(U)), hess=jax.jit(jax.hessian(U)),
         constrain=jax.jit(jax.vmap(constrain, in_axes=(0, None))))
 
 
+def _final(s: MapState) -> tuple:
+    """What the mode search returns: plain arrays (no optimizer state), so that its program can be
+    exported (`inference.exported`)."""
+    return s.x, s.value, s.grad_norm, s.iteration
+
+
 def _find_mode(progs, x0, data):
     """L-BFGS with a zoom line search under ``lax.while_loop``, compiled with ``data`` an argument."""
-    s = progs.mode(x0, data)
-    if not np.isfinite(float(s.value)):
+    x, value, grad_norm, iteration = progs.mode(x0, data)
+    if not np.isfinite(float(value)):
         raise FloatingPointError("the log posterior became non-finite during the mode search")
-    return np.asarray(s.x), float(s.grad_norm), int(s.iteration)
+    return np.asarray(x), float(grad_norm), int(iteration)
 
 
 def _mode_loop(U, x0, max_iter, tol):

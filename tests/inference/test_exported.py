@@ -142,3 +142,45 @@ def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
     (tmp_path / "program_model.py").write_text(_MODEL.replace("5.0", "4.0"))
     exports, digest, files = child(str(cache))
     assert exports == 1 and digest != plain and files == 2
+
+
+def test_laplace_programs_are_kept_per_argument_shapes(tmp_path, monkeypatch):
+    """Laplace's programs (start, mode search, potential and its derivatives, constraining, the
+    pointwise log likelihood) are kept too, each per shapes of its arguments: a new process
+    exports none of them again, and the fit is bitwise the one without the cache."""
+    y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
+    fit = lambda: inference.laplace(_normal_mean, y, num_samples=50, seed=2)  # noqa: E731
+    compiled.clear()
+    plain = fit()
+    exports = []
+    real = jax.export.export
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    for expected in (True, False):
+        compiled.clear()
+        before = len(exports)
+        post = fit()
+        assert (len(exports) > before) == expected  # exported on the first fit only
+        assert post.log_evidence == plain.log_evidence
+        for name in ("mu", "tau"):
+            np.testing.assert_array_equal(post.samples[name], plain.samples[name])
+        np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
+    files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
+    assert len(files) == len(exports) >= 7 and all(p.stat().st_size > 0 for p in files)
+    compiled.clear()
+
+
+def test_a_program_that_cannot_be_exported_is_run_as_it_is_and_not_tried_again(tmp_path, monkeypatch):
+    """A host callback cannot be exported: `keep` returns the program itself and leaves an empty
+    file, so a later process does not spend a trace on trying again."""
+    seen = []
+    fn = jax.jit(lambda x: (jax.debug.callback(lambda v: seen.append(float(v)), x.sum()), 2 * x)[1])
+    file = str(tmp_path / (exported.PREFIX + "callback"))
+    exports = []
+    real = jax.export.export
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    x = np.ones(3)
+    assert exported.keep(fn, file, (x,)) is fn and len(exports) == 1
+    assert os.path.getsize(file) == 0
+    assert exported.keep(fn, file, (x,)) is fn and len(exports) == 1  # not tried again
+    np.testing.assert_array_equal(fn(x), 2 * x)
