@@ -164,17 +164,19 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
         return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
 
 
-def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, persist: bool = False):
+def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, persist=False):
     """``(fn, arrays)``: ``build(rebuild)`` kept per structure (like `call`) and the arrays to pass
     it, for engines that call the kept functions several times (``arrays`` is ``[]`` when the
     structure keeps its data as constants). With ``persist`` each jitted function (or field of a
-    NamedTuple of them) is also kept on disk, per shapes of its arguments (`inference.exported`)."""
+    NamedTuple of them; ``persist`` may name the fields) is also kept on disk, per shapes of its
+    arguments (`inference.exported`)."""
     fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
     if new and persist:
         from inference import exported
 
         def wrap(name, f):
-            return exported.lazy(f, f"{tag}.{name}", model, args, kwargs, options) if hasattr(f, "trace") else f
+            chosen = persist is True or name in persist
+            return exported.lazy(f, f"{tag}.{name}", model, args, kwargs, options) if chosen and hasattr(f, "trace") else f
 
         if isinstance(fn, tuple) and hasattr(fn, "_fields"):
             fn = fn._replace(**{name: wrap(name, getattr(fn, name)) for name in fn._fields})

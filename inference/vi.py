@@ -95,11 +95,15 @@ def vi(
         raise ValueError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     mesh = sharding.resolve_mesh(shard_data)
-    trace = _model.trace_model(model, args, kwargs, seed)
+    # the sites from one abstract trace (the model's own input checks still raise first); an eager
+    # one paid a compilation per operation in a new process
+    trace = _model.structure_trace(model, args, kwargs, seed)
     if not _model.latent_sites(trace):
         raise ValueError("model has no latent sample sites: nothing to infer")
     if mesh is not None and method != "svi":
         raise ValueError(f"shard_data applies to method='svi' only, got method={method!r}")
+    if method != "svi" or mesh is not None or _special.has_spike_and_slab(trace):
+        trace = _model.trace_model(model, args, kwargs, seed)  # these read concrete values
 
     options = dict(steps=steps, num_samples=num_samples, seed=seed, progress=progress, tol=tol)
     if method != "svi":
@@ -147,8 +151,10 @@ def vi(
         data, progs = [], build(lambda _d: (args, kwargs))
     else:  # kept per model structure and options, the data passed as arguments
         opts = (guide, optimizer, learning_rate, num_particles, check_every, num_samples)
+        # the draws' program is kept on disk too; the ELBO steps' state (optimizer NamedTuples)
+        # cannot be exported
         progs, data = compiled.get("vi", model, args, kwargs, opts,
-                                   lambda rebuild: build(lambda arrays: rebuild(arrays)))
+                                   lambda rebuild: build(lambda arrays: rebuild(arrays)), persist=("draw",))
     guide, svi, run_chunk = progs.guide, progs.svi, progs.run_chunk
     key, draw_key = jax.random.split(jax.random.PRNGKey(seed))
     state = svi.init(key, *args, **kwargs)
@@ -186,7 +192,7 @@ def vi(
     values, log_q, lp = progs.draw(params, draw_key, data)
     flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)
     samples, loglik, observed = _model.finish_samples(
-        model, flat, args, kwargs, jax.random.fold_in(draw_key, 7), 1
+        model, flat, args, kwargs, jax.random.fold_in(draw_key, 7), 1, trace=trace
     )
     log_w = lp - log_q
     elbo = float(np.mean(log_w))

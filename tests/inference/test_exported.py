@@ -184,3 +184,28 @@ def test_a_program_that_cannot_be_exported_is_run_as_it_is_and_not_tried_again(t
     assert os.path.getsize(file) == 0
     assert exported.keep(fn, file, (x,)) is fn and len(exports) == 1  # not tried again
     np.testing.assert_array_equal(fn(x), 2 * x)
+
+
+@pytest.mark.filterwarnings("ignore:VI did not reach")
+def test_vi_draws_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
+    """VI keeps its draws' program and the pointwise log likelihood on disk (its ELBO steps carry
+    optimizer NamedTuples, which export cannot serialise, so they are not asked for): a new process
+    exports nothing again and the fit is bitwise the one without the cache."""
+    y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
+    fit = lambda: inference.vi(_normal_mean, y, steps=300, check_every=100, num_samples=40, seed=4,  # noqa: E731
+                               progress=False)
+    compiled.clear()
+    plain = fit()
+    exports = []
+    real = jax.export.export
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    for expected in (2, 2):
+        compiled.clear()
+        post = fit()
+        assert len(exports) == expected  # draws and log likelihood, exported on the first fit only
+        for name in ("mu", "tau"):
+            np.testing.assert_array_equal(post.samples[name], plain.samples[name])
+        np.testing.assert_array_equal(post.sample_stats["log_q"], plain.sample_stats["log_q"])
+    assert all(p.stat().st_size > 0 for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX))
+    compiled.clear()
