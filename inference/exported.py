@@ -17,13 +17,16 @@ The file's name hashes everything the program depends on:
   jaxpr's constants, and each site's name, distribution type, support and ``infer`` settings. So
   an edit of the model's code, a helper or a global it reads changes the name, and its source
   files are not needed;
-- the files of this package, the versions of jax, jaxlib and numpyro, and the platform, device
-  kind and number of devices.
+- the files of this package, the versions of jax, jaxlib, numpyro and optax, and the platform,
+  device kind and number of devices.
 
-Nothing is kept when the persistent cache is off, or when the name would not be the same in
-another process (an option or a leaf whose ``repr`` holds an object address). Programs with host
-callbacks (progress bars) cannot be exported, so callers do not ask for them. Loading a file runs
-no Python code; a file that does not deserialize is deleted and the program exported again.
+Kept this way: the NUTS chains (without a progress bar: a host callback cannot be exported),
+Laplace's programs, VI's draws and every engine's pointwise log likelihood (see the ``persist``
+argument of `inference.compiled.call` and `inference.compiled.get`). Nothing is kept when the
+persistent cache is off, or when the name would not be the same in another process (an option or
+a leaf whose ``repr`` holds an object address). A program that cannot be exported leaves an empty
+file, so later processes do not try again. Loading a file runs no Python code; a file that does
+not deserialize is deleted and the program exported again.
 
 Example:
     >>> import numpy as np, numpyro, numpyro.distributions as dist
@@ -117,6 +120,7 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
     ``None`` when it is not kept (cache off, or a name another process would not reproduce)."""
     import jaxlib
     import numpyro
+    import optax
 
     directory = compiled._verdict_dir()
     if not directory:
@@ -138,7 +142,7 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
         return None
     devices = jax.local_devices()
     text = repr((tag, options, str(treedef), static, avals, x64, str(tree), extra_avals, fp,
-                 jax.__version__, jaxlib.__version__, numpyro.__version__,
+                 jax.__version__, jaxlib.__version__, numpyro.__version__, optax.__version__,
                  compiled._package_stamps(("inference",)),
                  devices[0].platform, devices[0].device_kind, len(devices)))
     if _ADDRESS.search(text):
