@@ -55,6 +55,17 @@ def test_the_fingerprint_follows_what_the_model_computes_not_the_data_values(mon
     compiled.clear()
 
 
+def _count_exports(monkeypatch, cache=None) -> list:
+    """A list that grows by one per `jax.export.export` call; with ``cache``, programs are kept in
+    that directory (the suite runs with the persistent cache off)."""
+    exports = []
+    real = jax.export.export
+    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    if cache is not None:
+        monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(cache))
+    return exports
+
+
 def _draws(post):
     return hashlib.sha256(np.asarray(post.samples["mu"]).tobytes() + np.asarray(post.samples["tau"]).tobytes()).hexdigest()
 
@@ -70,10 +81,7 @@ def test_a_kept_program_is_read_back_and_gives_the_same_draws(tmp_path, monkeypa
                                       seed=3, **{"progress": False, **kw})
     compiled.clear()
     plain = _draws(fit())  # cache off: traced, not kept
-    exports = []
-    real = jax.export.export
-    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
-    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    exports = _count_exports(monkeypatch, cache=tmp_path)
     compiled.clear()
     assert _draws(fit()) == plain and len(exports) == 1
     files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
@@ -152,10 +160,7 @@ def test_laplace_programs_are_kept_per_argument_shapes(tmp_path, monkeypatch):
     fit = lambda: inference.laplace(_normal_mean, y, num_samples=50, seed=2)  # noqa: E731
     compiled.clear()
     plain = fit()
-    exports = []
-    real = jax.export.export
-    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
-    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    exports = _count_exports(monkeypatch, cache=tmp_path)
     for expected in (True, False):
         compiled.clear()
         before = len(exports)
@@ -176,9 +181,7 @@ def test_a_program_that_cannot_be_exported_is_run_as_it_is_and_not_tried_again(t
     seen = []
     fn = jax.jit(lambda x: (jax.debug.callback(lambda v: seen.append(float(v)), x.sum()), 2 * x)[1])
     file = str(tmp_path / (exported.PREFIX + "callback"))
-    exports = []
-    real = jax.export.export
-    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    exports = _count_exports(monkeypatch)
     x = np.ones(3)
     assert exported.keep(fn, file, (x,)) is fn and len(exports) == 1
     assert os.path.getsize(file) == 0
@@ -196,10 +199,7 @@ def test_vi_draws_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
                                progress=False)
     compiled.clear()
     plain = fit()
-    exports = []
-    real = jax.export.export
-    monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
-    monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(tmp_path))
+    exports = _count_exports(monkeypatch, cache=tmp_path)
     for expected in (2, 2):
         compiled.clear()
         post = fit()
