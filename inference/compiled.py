@@ -152,11 +152,10 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
     if not new:
         return fn(arrays, *extra)
     try:
-        if persist:
+        if persist:  # kept per shapes of all arguments: ``extra`` may change shape (draws)
             from inference import exported
 
-            fn = _CACHE[key] = exported.keep(fn, exported.path(tag, model, args, kwargs, options, extra),
-                                             (arrays, *extra))
+            fn = _CACHE[key] = exported.lazy(fn, tag, model, args, kwargs, options)
         return fn(arrays, *extra)
     except _TRACER_ERRORS:  # this step needs concrete data: keep them constant from now on
         _CACHE.pop(key, None)

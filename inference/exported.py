@@ -177,8 +177,9 @@ def keep(fn, file: str | None, call_args: tuple):
 
 
 def lazy(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple):
-    """``fn`` kept with `keep` once per shapes of the arguments it is called with (for engines
-    whose kept programs are called with arguments they make themselves, via `compiled.get`)."""
+    """``fn`` kept with `keep` once per shapes of the arguments it is called with: an exported
+    program has fixed shapes, where ``jax.jit`` traces again (``persist`` of `compiled.call` and
+    `compiled.get`; e.g. the log likelihood of 1000 draws, then of 200)."""
     kept = {}
 
     def run(*call_args):

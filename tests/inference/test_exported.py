@@ -209,3 +209,23 @@ def test_vi_draws_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
         np.testing.assert_array_equal(post.sample_stats["log_q"], plain.sample_stats["log_q"])
     assert all(p.stat().st_size > 0 for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX))
     compiled.clear()
+
+
+def test_a_kept_program_called_with_other_shapes_gets_its_own_program(tmp_path, monkeypatch):
+    """The same kept function called with other argument shapes (the log likelihood of 50 draws,
+    then of 30: engines differ in their numbers of draws) gets its own exported program, as
+    ``jax.jit`` would trace again. Regression: one exported program per structure raised a shape
+    mismatch on the second call (found by `make demo`)."""
+    from inference import _model
+
+    y = np.array([1.0, 2.0, 0.5, -0.3])
+    rng = np.random.default_rng(0)
+    draws = {n: {"mu": rng.normal(size=n), "tau": rng.gamma(2.0, size=n)} for n in (50, 30)}
+    compiled.clear()
+    plain = {n: _model.pointwise_log_likelihood(_normal_mean, d, (y,), {})["y"] for n, d in draws.items()}
+    exports = _count_exports(monkeypatch, cache=tmp_path)
+    compiled.clear()
+    for n, d in draws.items():
+        np.testing.assert_array_equal(_model.pointwise_log_likelihood(_normal_mean, d, (y,), {})["y"], plain[n])
+    assert len(exports) == 2
+    compiled.clear()
