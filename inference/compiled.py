@@ -305,16 +305,19 @@ def _read_verdict(path: str | None) -> bool | None:
 
 
 def _write_verdict(path: str | None, ok: bool) -> None:
+    if path is not None:
+        write_file(path, b"1" if ok else b"0")
+
+
+def write_file(path: str, data: bytes) -> None:
     """Written to a temporary name and renamed (another process never reads half a file); a
     cache directory that cannot be written is left as it is."""
     import os
 
-    if path is None:
-        return
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w") as f:
-            f.write("1" if ok else "0")
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except OSError:
         try:

@@ -167,12 +167,12 @@ def keep(fn, file: str | None, call_args: tuple):
         except compiled._TRACER_ERRORS:
             raise
         except Exception:  # noqa: BLE001 - e.g. an effect, custom call or pytree node export does not support
-            _write(file, b"")
+            compiled.write_file(file, b"")
             return fn
         if not _usable(exp):
-            _write(file, b"")
+            compiled.write_file(file, b"")
             return fn
-        _write(file, bytes(blob))
+        compiled.write_file(file, bytes(blob))
     return _runner(exp)
 
 
@@ -199,12 +199,12 @@ def _load(file: str):
             blob = f.read()
     except OSError:
         return None
+    if not blob:
+        return _NOT_KEPT
     try:
         exp = jax.export.deserialize(bytearray(blob))
     except Exception:  # noqa: BLE001 - truncated or from another jax: export again
         exp = None
-    if not blob:
-        return _NOT_KEPT
     if exp is None or not _usable(exp):
         try:
             os.remove(file)
@@ -235,17 +235,3 @@ def _runner(exp):
     in_shardings = jax.tree.unflatten(exp.in_tree, exp.in_shardings_jax(mesh))[0]
     out_shardings = jax.tree.unflatten(exp.out_tree, exp.out_shardings_jax(mesh))
     return jax.jit(exp.call, in_shardings=in_shardings, out_shardings=out_shardings)
-
-
-def _write(file: str, blob: bytes) -> None:
-    """Written to a temporary name and renamed (another process never reads half a file)."""
-    tmp = f"{file}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, file)
-    except OSError:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass

@@ -168,12 +168,12 @@ def _initial_point(model, args, kwargs, seed, key) -> dict:
     ~0.35 s). When no valid start is found, NumPyro's eager call raises its own error."""
     init = _model.init_values(model, args, kwargs, seed)
     has_init = init is not None
+    strategy = lambda values: init_to_value(values=values) if has_init else init_to_median(num_samples=15)  # noqa: E731
 
     def build(rebuild):
         def run(arrays, key, init):
             a, kw = rebuild(arrays)
-            strategy = init_to_value(values=init) if has_init else init_to_median(num_samples=15)
-            info = initialize_model(key, model, model_args=a, model_kwargs=kw, init_strategy=strategy)[0]
+            info = initialize_model(key, model, model_args=a, model_kwargs=kw, init_strategy=strategy(init))[0]
             finite = [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(info.z_grad)]
             return info.z, jnp.isfinite(info.potential_energy) & jnp.all(jnp.stack(finite))
 
@@ -183,8 +183,7 @@ def _initial_point(model, args, kwargs, seed, key) -> dict:
     z, valid = compiled.call("laplace-init", model, args, kwargs, (has_init,), build, key, init_arrays,
                              persist=True)
     if not bool(valid):  # raises NumPyro's error naming the site, or finds a start eagerly
-        strategy = init_to_value(values=init) if has_init else init_to_median(num_samples=15)
-        z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy)[0].z
+        z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy(init))[0].z
     return z
 
 
