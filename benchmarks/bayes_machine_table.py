@@ -105,7 +105,15 @@ def probit_gp_ep(K, signs):
     state, _, _, change = run(problem, _init(problem), 0.5, 1e-6, 200, "parallel")
     log_z, ok = log_evidence(problem, state)
     ev = float(log_z) if bool(ok) else -np.inf
-    return ev, np.asarray(state.mean), np.asarray(state.cov), bool(float(change) <= 1e-6)
+    mean, cov, _ = _gaussian(problem, state.tau, state.nu)
+    return ev, np.asarray(mean), np.asarray(cov), bool(float(change) <= 1e-6)
+
+
+@jax.jit
+def _gaussian(problem, tau, nu):
+    from inference.ep.gaussian import from_sites
+
+    return from_sites(problem, tau, nu)
 
 
 @jax.jit

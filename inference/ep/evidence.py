@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from inference.ep.gaussian import log_normaliser, marginals
+from inference.ep.gaussian import log_normaliser
 from inference.ep.problem import tilted
 from inference.ep.update import cavity, site_log_scale
 
@@ -29,8 +29,7 @@ from inference.ep.update import cavity, site_log_scale
 @jax.jit
 def log_evidence(problem, state):
     """``(log Z_EP, ok)``; ``ok`` is False when a cavity or tilted moment is invalid at the end."""
-    m, v = marginals(problem, state.mean, state.cov)
-    cm, cv, ok = cavity(m, v, state.tau, state.nu)
+    cm, cv, ok = cavity(state.mean, state.var, state.tau, state.nu)
     log_z, _, _ = tilted(problem, cm, cv)
     scales = site_log_scale(log_z, cm, cv, state.tau, state.nu)
     value = jnp.sum(scales) + log_normaliser(problem, state.tau, state.nu)

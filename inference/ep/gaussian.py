@@ -13,6 +13,8 @@ Example:
     >>> mean, cov, ok = from_sites(p, jnp.ones(2), jnp.ones(2))
     >>> [round(float(x), 12) for x in jnp.diag(cov)], bool(ok)
     ([0.5, 0.5], True)
+    >>> [round(float(x), 12) for x in site_moments(p, jnp.ones(2), jnp.ones(2))[1]]
+    [0.5, 0.5]
 """
 
 from __future__ import annotations
@@ -103,6 +105,38 @@ def from_sites(problem, tau, nu):
     cov, ok = lax.cond(jnp.all(tau >= 0), positive, general, None)
     mean = cov @ nu
     return mean, cov, ok & _finite(mean)
+
+
+def site_moments(problem, tau, nu):
+    """(mean, var, ok) of every site's projection ``z_i`` under the global Gaussian, without
+    forming its covariance where that is avoidable: all a parallel EP sweep needs.
+
+    Function space with non-negative site precisions: ``V = L^{-1} S K`` (one Cholesky, one
+    triangular solve), ``var = diag(K) - colsum(V^2)``, ``mean = K nu - V^T V nu``; about a
+    third of the work of ``from_sites`` (Cholesky, two triangular solves and a product).
+    Otherwise (weight space, or some negative site precision) it reads them off ``from_sites``."""
+    if problem.space == "function":
+        K = problem.prior_cov
+        n = K.shape[0]
+
+        def positive(_):
+            s = jnp.sqrt(tau)
+            SK = s[:, None] * K
+            L = jnp.linalg.cholesky(jnp.eye(n, dtype=K.dtype) + SK * s[None, :])
+            V = solve_triangular(L, SK, lower=True)
+            mean = K @ nu - V.T @ (V @ nu)
+            var = jnp.diag(K) - jnp.sum(V * V, axis=0)
+            return mean, var, _finite(L)
+
+        def general(_):
+            mean, cov, ok = from_sites(problem, tau, nu)
+            return mean, jnp.diag(cov), ok
+
+        mean, var, ok = lax.cond(jnp.all(tau >= 0), positive, general, None)
+        return mean, var, ok & _finite(mean, var)
+    mean, cov, ok = from_sites(problem, tau, nu)
+    m, v = marginals(problem, mean, cov)
+    return m, v, ok & _finite(m, v)
 
 
 def marginals(problem, mean, cov):

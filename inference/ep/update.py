@@ -1,10 +1,12 @@
 """One EP sweep (``update``) and the loop that repeats it (``run``), as pure jittable functions.
 
 Parallel schedule: every site's cavity and tilted moments from the current global Gaussian at
-once, a damped step of all site parameters, then the global Gaussian recomputed; if that is not
-a valid Gaussian the step is halved (up to 8 times) before giving up on the sweep. Sequential
-schedule: sites one at a time with rank-one updates of the global covariance, then a fresh
-recomputation from the sites (against round-off drift). In both, a site whose cavity variance is
+once, a damped step of all site parameters, then the sites' marginals recomputed
+(:func:`~inference.ep.gaussian.site_moments`: in function space without forming the global
+covariance); if the new global Gaussian is not valid the step is halved (up to 8 times) before
+giving up on the sweep. Sequential schedule: the global Gaussian rebuilt from the sites, sites
+one at a time with rank-one updates of it, then the marginals recomputed fresh from the sites
+(against round-off drift). In both, a site whose cavity variance is
 not positive, or whose tilted moments are not finite, is skipped and counted.
 
 ``damping`` is the fraction of the step taken (1 = undamped): ``new = old + damping (target -
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from inference.ep.gaussian import from_sites, marginals
+from inference.ep.gaussian import from_sites, marginals, site_moments
 from inference.ep.problem import tilted, tilted_site
 from inference.ep.state import EPInfo, EPState
 
@@ -55,8 +57,8 @@ def initial_sites(problem):
 
 def init(problem) -> EPState:
     tau, nu = initial_sites(problem)
-    mean, cov, _ = from_sites(problem, tau, nu)
-    return EPState(tau, nu, jnp.zeros_like(tau), mean, cov)
+    mean, var, _ = site_moments(problem, tau, nu)
+    return EPState(tau, nu, jnp.zeros_like(tau), mean, var)
 
 
 def cavity(m, v, tau, nu):
@@ -96,7 +98,7 @@ def _change(tau, nu, tau_new, nu_new, v):
 
 
 def update_parallel(problem, state: EPState, damping):
-    m, v = marginals(problem, state.mean, state.cov)
+    m, v = state.mean, state.var
     cm, cv, ok = cavity(m, v, state.tau, state.nu)
     log_z, mt, vt = tilted(problem, cm, cv)
     tau_t, nu_t, ok = _targets(log_z, mt, vt, cm, cv, ok, state.tau, state.nu)
@@ -105,23 +107,23 @@ def update_parallel(problem, state: EPState, damping):
         k, step, *_ = carry
         tau = state.tau + step * (tau_t - state.tau)
         nu = state.nu + step * (nu_t - state.nu)
-        mean, cov, good = from_sites(problem, tau, nu)
-        return k + 1, 0.5 * step, tau, nu, mean, cov, good, step
+        mean, var, good = site_moments(problem, tau, nu)
+        return k + 1, 0.5 * step, tau, nu, mean, var, good, step
 
     dt = state.tau.dtype
-    start = (jnp.asarray(0, jnp.int32), jnp.asarray(damping, dt), state.tau, state.nu, state.mean, state.cov,
+    start = (jnp.asarray(0, jnp.int32), jnp.asarray(damping, dt), state.tau, state.nu, state.mean, state.var,
              jnp.asarray(False), jnp.asarray(0.0, dt))
-    k, _, tau, nu, mean, cov, good, step = lax.while_loop(
+    k, _, tau, nu, mean, var, good, step = lax.while_loop(
         lambda c: (~c[6]) & (c[0] < MAX_HALVINGS), attempt, start)
     tau = jnp.where(good, tau, state.tau)
     nu = jnp.where(good, nu, state.nu)
     mean = jnp.where(good, mean, state.mean)
-    cov = jnp.where(good, cov, state.cov)
+    var = jnp.where(good, var, state.var)
     n = state.tau.shape[0]
     skipped = jnp.where(good, n - jnp.sum(ok), n)
     change = jnp.where(good, _change(state.tau, state.nu, tau, nu, v), jnp.inf)
     log_scale = jnp.where(ok, site_log_scale(log_z, cm, cv, tau, nu), state.log_scale)
-    return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.where(good, step, 0.0))
+    return EPState(tau, nu, log_scale, mean, var), EPInfo(change, skipped, jnp.where(good, step, 0.0))
 
 
 def update_sequential(problem, state: EPState, damping):
@@ -153,14 +155,19 @@ def update_sequential(problem, state: EPState, damping):
         return (tau.at[i].set(new_tau), nu.at[i].set(new_nu), log_scale.at[i].set(ls), mean, cov,
                 skipped + (~ok).astype(jnp.int32))
 
-    carry = (state.tau, state.nu, state.log_scale, state.mean, state.cov, jnp.asarray(0, jnp.int32))
+    mean0, cov0, valid = from_sites(problem, state.tau, state.nu)  # the sweep's rank-one updates act on these
+    carry = (state.tau, state.nu, state.log_scale, mean0, cov0, jnp.asarray(0, jnp.int32))
     tau, nu, log_scale, mean1, cov1, skipped = lax.fori_loop(0, n, site, carry)
-    mean, cov, good = from_sites(problem, tau, nu)
-    mean = jnp.where(good, mean, mean1)
-    cov = jnp.where(good, cov, cov1)
-    _, v = marginals(problem, mean, cov)
-    change = _change(state.tau, state.nu, tau, nu, v)
-    return EPState(tau, nu, log_scale, mean, cov), EPInfo(change, skipped, jnp.asarray(damping, tau.dtype))
+    m1, v1 = marginals(problem, mean1, cov1)
+    mean, var, good = site_moments(problem, tau, nu)  # fresh, against round-off drift
+    mean, var = jnp.where(good, mean, m1), jnp.where(good, var, v1)
+    change = _change(state.tau, state.nu, tau, nu, var)
+    new = EPState(tau, nu, log_scale, mean, var)
+    # a state whose global Gaussian cannot be rebuilt (round-off) is kept, and the sweep reported as failed
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(valid, a, b), new, state)
+    info = EPInfo(jnp.where(valid, change, jnp.inf), jnp.where(valid, skipped, n),
+                  jnp.asarray(damping, tau.dtype) * valid)
+    return new, info
 
 
 def update(problem, state: EPState, damping, schedule: str = "parallel"):

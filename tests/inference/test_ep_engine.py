@@ -18,6 +18,7 @@ from inference.ep.update import TRACE_COUNT, update
 from inference.ep.driver import ep
 from inference.ep.problem import EPProblem, SiteGroup
 from inference.ep.state import EPState
+from inference.ep.gaussian import from_sites, marginals, site_moments
 
 QUIET = dict(progress=False)
 
@@ -170,14 +171,39 @@ def test_log_evidence_matches_brute_force_and_importance_sampling():
 
 # --------------------------------------------------------------------------- robustness
 def test_skipped_updates_are_counted_never_nan():
-    # Site 0's precision exceeds its marginal precision: its cavity variance would be negative.
-    p = EPProblem("function", None, jnp.eye(3), jnp.zeros(3), (SiteGroup("probit", {"s": jnp.ones(3)}),))
-    tau = jnp.array([20.0, 0.0, 0.0])  # marginal precision of site 0 is 10
-    state = EPState(tau, jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.diag(jnp.array([0.1, 1.0, 1.0])))
+    # A valid global Gaussian whose site 0 has a negative cavity precision: with K = [[1, .9], [.9, 1]]
+    # and site precisions (10, -2), the precision of z_0 given the other site is
+    # 1 / 0.19 - (0.9 / 0.19)^2 / (1 / 0.19 - 2) = -1.61 < 0, while the global precision is PD.
+    K = jnp.array([[1.0, 0.9], [0.9, 1.0]])
+    p = EPProblem("function", None, K, jnp.zeros(2), (SiteGroup("probit", {"s": jnp.ones(2)}),))
+    tau, nu = jnp.array([10.0, -2.0]), jnp.zeros(2)
+    mean, var, ok = site_moments(p, tau, nu)
+    assert bool(ok) and float(1.0 / var[0] - tau[0]) < 0 < float(1.0 / var[1] - tau[1])
+    state = EPState(tau, nu, jnp.zeros(2), mean, var)
     for schedule in ("parallel", "sequential"):
         new, info = update(p, state, 0.5, schedule)
-        assert int(info.num_skipped) == 1
-        assert float(new.tau[0]) == 20.0 and np.all(np.isfinite(np.asarray(new.cov)))
+        assert int(info.num_skipped) == 1, schedule
+        assert float(new.tau[0]) == 10.0 and float(new.tau[1]) != -2.0, schedule
+        assert np.all(np.isfinite(np.asarray(new.mean))) and np.all(np.isfinite(np.asarray(new.var))), schedule
+
+
+@pytest.mark.parametrize("space", ["function", "weight"])
+def test_site_moments_are_the_marginals_of_the_global_gaussian(space):
+    # site_moments avoids forming the covariance in function space; it must equal diag/mean of
+    # from_sites in both branches (all site precisions >= 0: Cholesky; some negative: LU).
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(30, 3))
+    K = jnp.asarray(np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(30))
+    p = (EPProblem("function", None, K, jnp.zeros(30), ()) if space == "function"
+         else EPProblem("weight", jnp.asarray(X), None, jnp.zeros(30), ()))
+    nu = jnp.asarray(rng.normal(size=30))
+    for tau in (jnp.asarray(rng.uniform(0.0, 3.0, 30)), jnp.asarray(rng.uniform(0.0, 3.0, 30)).at[3].set(-0.05)):
+        mean, cov, ok = from_sites(p, tau, nu)
+        m, v = marginals(p, mean, cov)
+        m2, v2, ok2 = site_moments(p, tau, nu)
+        assert bool(ok) and bool(ok2)
+        np.testing.assert_allclose(m2, m, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(v2, v, rtol=1e-9, atol=1e-12)
 
 
 def test_nonconvergence_warns_and_stays_finite(probit_data):
