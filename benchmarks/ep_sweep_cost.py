@@ -1,6 +1,7 @@
-"""Cost of EP's parallel sweeps on the probit GP classifier (twonorm, RBF(sqrt(20))), n = 500,
-1000, 2000: ``inference.ep.update.run`` alone (no recognition, no draws), float64, undamped, medians
-of 5 warm runs. Compare two versions of the engine by running this script from each checkout.
+"""Cost of EP's parallel sweeps on twonorm (RBF(sqrt(20))), n = 500, 1000, 2000, float64, medians
+of 5 warm runs: the probit GP classifier (``inference.ep.update.run`` alone, no recognition or
+draws, undamped) and the Bayes machine (``inference.ep.bayes_machine.fit``, defaults: damping
+0.5, learnt noise). Compare two versions of the engine by running this script from each checkout.
 
 Reproduce (the session-19 comparison; 8680b2f formed the global covariance every sweep):
     git worktree add /tmp/before 8680b2f
@@ -21,6 +22,7 @@ import numpy as np  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import inference  # noqa: E402
+from inference.ep import bayes_machine as bm  # noqa: E402
 from inference.ep.problem import EPProblem, SiteGroup  # noqa: E402
 from inference.ep.update import init, run  # noqa: E402
 from probmodels import datasets  # noqa: E402
@@ -43,7 +45,17 @@ def main():
             out = jax.block_until_ready(run(p, start, 1.0, 1e-6, 50))
             times.append(time.perf_counter() - t0)
         t, sweeps = float(np.median(times)), int(out[1])
-        print(f"n = {n}: {sweeps} sweeps in {t:.3f} s ({1000 * t / sweeps:.1f} ms per sweep)", flush=True)
+        print(f"GP classifier, n = {n}: {sweeps} sweeps in {t:.3f} s ({1000 * t / sweeps:.1f} ms per sweep)",
+              flush=True)
+        res = jax.block_until_ready(bm.fit(K, signs))
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            res = jax.block_until_ready(bm.fit(K, signs))
+            times.append(time.perf_counter() - t0)
+        t, sweeps = float(np.median(times)), int(res.num_iter)
+        print(f"Bayes machine, n = {n}: {sweeps} sweeps in {t:.3f} s ({1000 * t / sweeps:.1f} ms per sweep), "
+              f"E[eps] {float(res.eps_mean):.4f}, log evidence {float(res.log_evidence):.6f}", flush=True)
 
 
 if __name__ == "__main__":

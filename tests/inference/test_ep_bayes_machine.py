@@ -87,6 +87,23 @@ def test_tilted_eps_moments_match_quadrature(m, v, t, a, b):
     assert var_q == pytest.approx(mom[2] / mom[0] - (mom[1] / mom[0]) ** 2, abs=1e-9)
 
 
+def test_sweep_marginals_equal_those_of_the_full_posterior():
+    """Sweeps carry the marginals only (`_marginals`, no covariance). They must equal mean and
+    diag of `_posterior` in both of its branches: all site precisions >= 0 (Rasmussen & Williams'
+    B = I + S K S) and some negative (B = I + L^T T L), to 1e-10."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(25, 2))
+    K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(25)
+    L = jax.numpy.linalg.cholesky(K)
+    nu = rng.normal(size=25)
+    for tau in (rng.uniform(0.0, 5.0, 25), np.r_[rng.uniform(0.0, 5.0, 24), -0.05]):
+        mean, cov, _ = bm._posterior(L, tau, nu)
+        m, v, ok = bm._marginals(L, L @ L.T, tau, nu)
+        assert bool(ok)
+        np.testing.assert_allclose(m, mean, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(v, np.diag(cov), rtol=1e-10, atol=1e-12)
+
+
 def test_tilted_far_tail_is_finite():
     """A cavity 40 sd on the wrong side with eps = 0: Z ~ Phi(-40), moments still finite."""
     log_z, mean, var, _, _ = bm.tilted(-40.0, 1.0, 1.0, 0.0, 1.0, 1.0)
