@@ -43,10 +43,10 @@ demo: $(STAMP)
 	$(VENV)/bin/probmodels demo --out demo-output
 
 test: $(STAMP)
-	$(VPY) -m pytest -n 2 --dist loadfile -q -m "not slow"
+	$(VPY) -m pytest -n 2 --dist worksteal -q -m "not slow"
 
 test-all: $(STAMP)
-	$(VPY) -m pytest -n 2 --dist loadfile -q
+	$(VPY) -m pytest -n 2 --dist worksteal -q
 
 bench: $(STAMP)
 	$(VPY) -m pip install -q -e '.[bench]'

@@ -31,10 +31,12 @@ def _unverified():
 # Work in progress whose tests have not been seen passing yet (see tests/unverified.txt).
 collect_ignore = _unverified()
 
-# `make test` runs two workers with `--dist loadfile` (each file on one worker, so its compiled
-# programs are shared). Files start in collection order; the longest (by --durations on
-# 2026-11-22: the notebooks ~260 s, the docstrings ~200 s, ...) go first so that no worker is
-# left alone with a long file at the end.
+# `make test` runs two workers with `--dist worksteal`: tests are split between them and an idle
+# worker takes pending tests from the other, so no worker is left alone with a long file at the
+# end (`--dist loadfile`, one file per worker, left one worker idle for ~1 min: 17m16s against
+# 16m09s for the whole suite on 2026-11-22, although each worker then compiles some programs a
+# file's tests share). The longest files (by --durations: the notebooks ~260 s, the docstrings
+# ~170 s, ...) still go first, so their tests spread over both workers from the start.
 LONG_FIRST = (
     "notebooks/test_notebooks.py", "docs/test_docstrings.py", "inference/test_stress.py",
     "probmodels/test_mixtures.py", "probmodels/test_hmm.py", "inference/test_persistence.py",
