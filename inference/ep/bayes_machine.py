@@ -455,8 +455,9 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     f = lambda v: jnp.asarray(v, L.dtype)  # noqa: E731
     iters = skipped = 0
     for attempt in range(1 + MAX_DAMPING_RAISES):
-        state, gauss, log_z, _ = run(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol), jnp.asarray(max_iter),
-                              sites, schedule=schedule, learn=bool(learn_noise), clip=negative_sites == "clip")
+        state, gauss, log_z, _ = run(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol),
+                                     jnp.asarray(max_iter), sites, schedule=schedule, learn=bool(learn_noise),
+                                     clip=negative_sites == "clip")
         iters, skipped = iters + int(state.iteration), skipped + int(state.num_skipped)
         if bool(state.failed) or float(state.max_change) < tol or attempt == MAX_DAMPING_RAISES:
             break
