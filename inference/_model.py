@@ -172,7 +172,8 @@ def log_joint(model, flat_samples, args, kwargs, batch_size: int | None = None) 
 
         return jax.jit(run)
 
-    return np.asarray(compiled.call("logjoint", model, args, kwargs, (batch_size,), build, _as_jax(flat_samples)))
+    return np.asarray(compiled.call("logjoint", model, args, kwargs, (batch_size,), build, _as_jax(flat_samples),
+                                     persist=True))
 
 
 def _as_jax(tree: dict) -> dict:

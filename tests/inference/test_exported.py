@@ -229,3 +229,27 @@ def test_a_kept_program_called_with_other_shapes_gets_its_own_program(tmp_path, 
         np.testing.assert_array_equal(_model.pointwise_log_likelihood(_normal_mean, d, (y,), {})["y"], plain[n])
     assert len(exports) == 2
     compiled.clear()
+
+
+def _probit(X, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(probs=jax.scipy.stats.norm.cdf(X @ w)), obs=y)
+
+
+def test_ep_log_joint_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
+    """EP's ``lp`` statistic (`inference._model.log_joint`) and pointwise log likelihood are kept on
+    disk: a new process exports neither again, and ``lp`` is bitwise the one without the cache."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 2))
+    y = (X @ np.array([1.5, -1.0]) + rng.normal(size=40) > 0).astype(int)
+    fit = lambda: inference.ep(_probit, X, y, num_samples=30, seed=3, progress=False)  # noqa: E731
+    compiled.clear()
+    plain = fit()
+    exports = _count_exports(monkeypatch, cache=tmp_path)
+    for expected in (2, 2):
+        compiled.clear()
+        post = fit()
+        assert len(exports) == expected  # log joint and log likelihood, exported on the first fit only
+        np.testing.assert_array_equal(post.sample_stats["lp"], plain.sample_stats["lp"])
+        np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
+    compiled.clear()
