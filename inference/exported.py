@@ -194,6 +194,27 @@ def lazy(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple):
     return run
 
 
+def flat(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple, out_tree):
+    """``fn`` (pure, over pytrees of arrays, returning a pytree of structure ``out_tree``) jitted
+    and kept with `lazy` through flat arrays: the exported program takes and returns plain
+    arrays, so pytree classes (EP's problem and state) need no serialisation. The arguments' tree
+    (with its static data: EP's likelihood kinds and sizes) enters the file's name; one program
+    per tree, as ``jax.jit`` would trace again."""
+    programs = {}
+
+    def run(*call_args):
+        leaves, tree = jax.tree.flatten(call_args)
+        program = programs.get(tree)
+        if program is None:
+            def flat_fn(*xs):
+                return tuple(jax.tree.leaves(fn(*jax.tree.unflatten(tree, xs))))
+
+            program = programs[tree] = lazy(jax.jit(flat_fn), tag, model, args, kwargs, options + (str(tree),))
+        return jax.tree.unflatten(out_tree, program(*leaves))
+
+    return run
+
+
 def _load(file: str):
     try:
         with open(file, "rb") as f:

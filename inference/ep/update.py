@@ -199,14 +199,30 @@ def _run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipp
 _run_jit = jax.jit(_run, static_argnames=("schedule",))
 
 
+def run_arguments(state, damping, tol, stop, start=0, skipped=0, change=float("inf")):
+    """The traced arguments of `_run` after ``problem`` and ``state``, as arrays of the state's
+    dtype (changing them never recompiles)."""
+    dt = state.tau.dtype
+    f = lambda x: jnp.asarray(x, dt)  # noqa: E731
+    i = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
+    return f(damping), f(tol), i(stop), i(start), i(skipped), f(change)
+
+
+def sweeps(schedule):
+    """``fn(problem, state, *run_arguments(...))``: `_run` for one schedule, all arguments traced
+    (for programs kept on disk, :func:`inference.exported.flat`)."""
+    def fn(problem, state, damping, tol, stop, start, skipped, change):
+        return _run(problem, state, damping, tol, stop, schedule, start, skipped, change)
+
+    return fn
+
+
 def run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipped=0, change=float("inf")):
     """Sweep until the largest site change is at most ``tol`` or the sweep count reaches ``stop``.
 
     Returns ``(state, iterations, total_skipped, last_change)``; continue an interrupted run by
     passing those back as ``start``, ``skipped`` and ``change`` (the driver does, to show
     progress). Compiled once per problem structure and schedule."""
-    dt = state.tau.dtype
-    f = lambda x: jnp.asarray(x, dt)  # noqa: E731
-    i = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
-    return _run_jit(problem, state, f(damping), f(tol), i(stop), schedule=schedule, start=i(start),
-                    skipped=i(skipped), change=f(change))
+    damping, tol, stop, start, skipped, change = run_arguments(state, damping, tol, stop, start, skipped, change)
+    return _run_jit(problem, state, damping, tol, stop, schedule=schedule, start=start, skipped=skipped,
+                    change=change)

@@ -236,9 +236,11 @@ def _probit(X, y=None):
     numpyro.sample("y", dist.Bernoulli(probs=jax.scipy.stats.norm.cdf(X @ w)), obs=y)
 
 
-def test_ep_log_joint_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
-    """EP's ``lp`` statistic (`inference._model.log_joint`) and pointwise log likelihood are kept on
-    disk: a new process exports neither again, and ``lp`` is bitwise the one without the cache."""
+def test_ep_programs_are_kept_and_give_the_same_fit(tmp_path, monkeypatch):
+    """EP's programs are kept on disk through flat arrays (`exported.flat`: its problem and state
+    are pytree classes): start, sweeps, evidence, the Gaussian of the latents, and the log joint
+    (``lp``) and pointwise log likelihood of its draws. A new process exports none of them again,
+    and the fit is bitwise the one without the cache."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, 2))
     y = (X @ np.array([1.5, -1.0]) + rng.normal(size=40) > 0).astype(int)
@@ -246,10 +248,16 @@ def test_ep_log_joint_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypat
     compiled.clear()
     plain = fit()
     exports = _count_exports(monkeypatch, cache=tmp_path)
-    for expected in (2, 2):
+    for expected in (6, 6):
         compiled.clear()
         post = fit()
-        assert len(exports) == expected  # log joint and log likelihood, exported on the first fit only
+        assert len(exports) == expected  # exported on the first fit only
+        assert post.log_evidence == plain.log_evidence
+        assert post.diagnostics["iterations"] == plain.diagnostics["iterations"]
+        for key in ("mean", "cov", "site_tau", "site_nu"):
+            np.testing.assert_array_equal(post.approximation[key], plain.approximation[key])
         np.testing.assert_array_equal(post.sample_stats["lp"], plain.sample_stats["lp"])
         np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
+    files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
+    assert len(files) == 6 and all(p.stat().st_size > 0 for p in files)
     compiled.clear()
