@@ -21,8 +21,8 @@ The file's name hashes everything the program depends on:
   device kind and number of devices.
 
 Kept this way: the NUTS chains (without a progress bar: a host callback cannot be exported),
-Laplace's programs, VI's draws, every engine's pointwise log likelihood and the log joint
-(``lp``) of EP's and ESS's draws (see the ``persist``
+Laplace's programs, EP's programs (through flat arrays, `flat`), VI's draws, every engine's
+pointwise log likelihood and the log joint (``lp``) of EP's and ESS's draws (see the ``persist``
 argument of `inference.compiled.call` and `inference.compiled.get`). Nothing is kept when the
 persistent cache is off, or when the name would not be the same in another process (an option or
 a leaf whose ``repr`` holds an object address). A program that cannot be exported leaves an empty
