@@ -66,6 +66,20 @@ def _count_exports(monkeypatch, cache=None) -> list:
     return exports
 
 
+def _refits(fit, monkeypatch, cache):
+    """``(plain, [(post, exports so far)] * 2)``: ``fit()`` with the cache off, then twice with
+    programs kept in ``cache``, each time with the in-process programs forgotten (a new process)."""
+    compiled.clear()
+    plain = fit()
+    exports = _count_exports(monkeypatch, cache=cache)
+    runs = []
+    for _ in range(2):
+        compiled.clear()
+        runs.append((fit(), len(exports)))
+    compiled.clear()
+    return plain, runs
+
+
 def _draws(post):
     return hashlib.sha256(np.asarray(post.samples["mu"]).tobytes() + np.asarray(post.samples["tau"]).tobytes()).hexdigest()
 
@@ -158,21 +172,15 @@ def test_laplace_programs_are_kept_per_argument_shapes(tmp_path, monkeypatch):
     exports none of them again, and the fit is bitwise the one without the cache."""
     y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
     fit = lambda: inference.laplace(_normal_mean, y, num_samples=50, seed=2)  # noqa: E731
-    compiled.clear()
-    plain = fit()
-    exports = _count_exports(monkeypatch, cache=tmp_path)
-    for expected in (True, False):
-        compiled.clear()
-        before = len(exports)
-        post = fit()
-        assert (len(exports) > before) == expected  # exported on the first fit only
+    plain, runs = _refits(fit, monkeypatch, tmp_path)
+    assert runs[0][1] == runs[1][1] >= 7  # exported on the first fit only
+    for post, _ in runs:
         assert post.log_evidence == plain.log_evidence
         for name in ("mu", "tau"):
             np.testing.assert_array_equal(post.samples[name], plain.samples[name])
         np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
     files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
-    assert len(files) == len(exports) >= 7 and all(p.stat().st_size > 0 for p in files)
-    compiled.clear()
+    assert len(files) == runs[0][1] and all(p.stat().st_size > 0 for p in files)
 
 
 def test_a_program_that_cannot_be_exported_is_run_as_it_is_and_not_tried_again(tmp_path, monkeypatch):
@@ -197,18 +205,13 @@ def test_vi_draws_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
     y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
     fit = lambda: inference.vi(_normal_mean, y, steps=300, check_every=100, num_samples=40, seed=4,  # noqa: E731
                                progress=False)
-    compiled.clear()
-    plain = fit()
-    exports = _count_exports(monkeypatch, cache=tmp_path)
-    for expected in (2, 2):
-        compiled.clear()
-        post = fit()
-        assert len(exports) == expected  # draws and log likelihood, exported on the first fit only
+    plain, runs = _refits(fit, monkeypatch, tmp_path)
+    assert [n for _, n in runs] == [2, 2]  # draws and log likelihood, exported on the first fit only
+    for post, _ in runs:
         for name in ("mu", "tau"):
             np.testing.assert_array_equal(post.samples[name], plain.samples[name])
         np.testing.assert_array_equal(post.sample_stats["log_q"], plain.sample_stats["log_q"])
     assert all(p.stat().st_size > 0 for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX))
-    compiled.clear()
 
 
 def test_a_kept_program_called_with_other_shapes_gets_its_own_program(tmp_path, monkeypatch):
@@ -245,13 +248,9 @@ def test_ep_programs_are_kept_and_give_the_same_fit(tmp_path, monkeypatch):
     X = rng.normal(size=(40, 2))
     y = (X @ np.array([1.5, -1.0]) + rng.normal(size=40) > 0).astype(int)
     fit = lambda: inference.ep(_probit, X, y, num_samples=30, seed=3, progress=False)  # noqa: E731
-    compiled.clear()
-    plain = fit()
-    exports = _count_exports(monkeypatch, cache=tmp_path)
-    for expected in (6, 6):
-        compiled.clear()
-        post = fit()
-        assert len(exports) == expected  # exported on the first fit only
+    plain, runs = _refits(fit, monkeypatch, tmp_path)
+    assert [n for _, n in runs] == [6, 6]  # exported on the first fit only
+    for post, _ in runs:
         assert post.log_evidence == plain.log_evidence
         assert post.diagnostics["iterations"] == plain.diagnostics["iterations"]
         for key in ("mean", "cov", "site_tau", "site_nu"):
@@ -260,4 +259,3 @@ def test_ep_programs_are_kept_and_give_the_same_fit(tmp_path, monkeypatch):
         np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
     files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
     assert len(files) == 6 and all(p.stat().st_size > 0 for p in files)
-    compiled.clear()
