@@ -428,13 +428,15 @@ def check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fi
 
 
 def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200,
-        learn_noise=True, fixed_eps=0.0, prior_mean=None, init_sites=None, negative_sites="clip") -> BMResult:
+        learn_noise=True, fixed_eps=0.0, prior_mean=None, init_sites=None, negative_sites="clip",
+        program=run) -> BMResult:
     """EP for the Bayes machine with prior covariance ``K`` (n, n) and labels ``y`` (n,).
 
     ``learn_noise=False`` fixes eps at ``fixed_eps`` (0: the "eps=0 machine", a noise-free step).
     ``prior_mean`` (n,) is the prior mean of f (default 0). ``init_sites`` warm-starts from
     ``(tau, nu, site_a, site_b)``. ``negative_sites``: ``"clip"`` (default) or ``"allow"``, see
-    the module doc. Cost O(n^3) per sweep.
+    the module doc. Cost O(n^3) per sweep. ``program``: `run` or a function called like it (the
+    engine hook passes one kept on disk for the model's structure).
 
     If EP has not converged after ``max_iter`` sweeps (it oscillates on a few noisy problems), it
     continues from the last sites with ``damping`` halved (more damping), at most twice;
@@ -455,7 +457,7 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     f = lambda v: jnp.asarray(v, L.dtype)  # noqa: E731
     iters = skipped = 0
     for attempt in range(1 + MAX_DAMPING_RAISES):
-        state, gauss, log_z, _ = run(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol),
+        state, gauss, log_z, _ = program(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol),
                                      jnp.asarray(max_iter), sites, schedule=schedule, learn=bool(learn_noise),
                                      clip=negative_sites == "clip")
         iters, skipped = iters + int(state.iteration), skipped + int(state.num_skipped)

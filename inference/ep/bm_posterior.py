@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 
-from inference import _model
+from inference import _model, compiled
 from inference._special import _base
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -118,12 +119,56 @@ def bayes_machine_parts(trace) -> BMParts:
     return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
 
 
+def _kept_run(model, args, kwargs):
+    """`bayes_machine.run` kept on disk for this model structure (`inference.exported.flat`), one
+    program per static options, so that a new process does not trace it again (~0.3 s)."""
+    if compiled.split(args, kwargs).key is None:
+        return bm.run
+
+    def compute():
+        from inference import exported
+
+        out = jax.tree.structure((bm.BMState(*range(len(bm.BMState._fields))), bm._Gaussian(0, 0, 0), 0, 0))
+        kept = {}
+
+        def run(*call_args, schedule, learn, clip=True):
+            options = (schedule, learn, clip)
+            if options not in kept:
+                kept[options] = exported.flat(partial(bm.run, schedule=schedule, learn=learn, clip=clip),
+                                              "bm-run", model, args, kwargs, options, out)
+            return kept[options](*call_args)
+
+        return run
+
+    return compiled.memo("bm-run", model, args, kwargs, compute)
+
+
+@partial(jax.jit, static_argnames=("num_samples", "learn_noise"))
+def _draws(key, mean, C, logdet, eps_a, eps_b, num_samples, learn_noise):
+    """``(key for the rest, f draws, eps draws or None, log q)`` from ``q(f) q(eps)``: one program
+    (op by op, a new process compiled each operation and the Beta sampler anew: ~0.3 s)."""
+    k_f, k_e, k_fin = jax.random.split(key, 3)
+    n = mean.shape[0]
+    z = jax.random.normal(k_f, (num_samples, n), dtype=mean.dtype)
+    f = mean + z @ C.T
+    log_q = -0.5 * jnp.sum(z * z, axis=1) - logdet - 0.5 * n * np.log(2 * np.pi)
+    if not learn_noise:
+        return k_fin, f, None, log_q
+    q_eps = dist.Beta(eps_a, eps_b)
+    eps = q_eps.sample(k_e, (num_samples,))
+    return k_fin, f, eps, log_q + q_eps.log_prob(eps)
+
+
+@jax.jit
+def _full_factor(chol_K, chol_B):
+    C = chol_K @ solve_triangular(chol_B, jnp.eye(chol_B.shape[0], dtype=chol_B.dtype), lower=True).T
+    return C, jnp.sum(jnp.log(jnp.diag(chol_K))) - jnp.sum(jnp.log(jnp.diag(chol_B)))
+
+
 def _posterior_factor(parts, res, sparse):
     """Mean and a square root C (Sigma = C C^T) of q(f) over all n training points, log|det C|."""
     if sparse is None:
-        C = res.chol_K @ solve_triangular(res.chol_B, jnp.eye(res.chol_B.shape[0], dtype=res.chol_B.dtype),
-                                          lower=True).T
-        logdet = jnp.sum(jnp.log(jnp.diag(res.chol_K))) - jnp.sum(jnp.log(jnp.diag(res.chol_B)))
+        C, logdet = _full_factor(res.chol_K, res.chol_B)
         return res.f_mean, C, logdet
     A = np.asarray(sparse.active)
     sub = sparse.result
@@ -149,23 +194,16 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
     noise_prior = parts.noise_prior or (1.0, 1.0)
     sparse = None
     if active_set_size is None:
-        res = bm.fit(parts.K, parts.t, noise_prior, **opts)
+        res = bm.fit(parts.K, parts.t, noise_prior, program=_kept_run(model, args, kwargs), **opts)
     else:
         sparse = _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes)
         res = sparse.result
     mean, C, logdet = _posterior_factor(parts, res, sparse)
-    key = jax.random.PRNGKey(seed)
-    k_f, k_e, k_fin = jax.random.split(key, 3)
-    n = mean.shape[0]
-    z = jax.random.normal(k_f, (num_samples, n), dtype=mean.dtype)
-    f = mean + z @ C.T
-    log_q = -0.5 * jnp.sum(z * z, axis=1) - logdet - 0.5 * n * np.log(2 * np.pi)
+    k_fin, f, eps, log_q = _draws(jax.random.PRNGKey(seed), mean, C, logdet, res.eps_a, res.eps_b,
+                                  num_samples, parts.learn_noise)
     flat = {parts.latent: f}
     if parts.learn_noise:
-        q_eps = dist.Beta(res.eps_a, res.eps_b)
-        eps = q_eps.sample(k_e, (num_samples,))
         flat[parts.eps_site] = eps
-        log_q = log_q + q_eps.log_prob(eps)
     lp = _model.log_joint(model, flat, args, kwargs)
     samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, k_fin, 1)
     diagnostics = {

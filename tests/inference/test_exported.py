@@ -259,3 +259,27 @@ def test_ep_programs_are_kept_and_give_the_same_fit(tmp_path, monkeypatch):
         np.testing.assert_array_equal(post.log_likelihood["y"], plain.log_likelihood["y"])
     files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
     assert len(files) == 6 and all(p.stat().st_size > 0 for p in files)
+
+
+def test_bayes_machine_ep_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
+    """The Bayes machine's EP loop (`inference.ep.bayes_machine.run`, through flat arrays) is kept
+    on disk with the log joint and log likelihood of its draws: a new process exports none of them
+    again, and the fit is bitwise the one without the cache."""
+    import probmodels
+    from probmodels.kernels import RBF
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, size=(30, 2))
+    y = np.where((X ** 2).sum(1) >= 0.5, 1, -1)
+    y[:3] *= -1
+    fit = lambda: inference.ep(probmodels.bayes_machine, X, y, kernel=RBF(0.5), num_samples=20,  # noqa: E731
+                               progress=False)
+    plain, runs = _refits(fit, monkeypatch, tmp_path)
+    assert [n for _, n in runs] == [3, 3]  # EP loop, log joint, log likelihood: on the first fit only
+    for post, _ in runs:
+        assert post.log_evidence == plain.log_evidence
+        for key in ("mean", "cov", "eps_a", "eps_b", "site_tau"):
+            np.testing.assert_array_equal(post.approximation[key], plain.approximation[key])
+        np.testing.assert_array_equal(post.sample_stats["lp"], plain.sample_stats["lp"])
+    files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
+    assert len(files) == 3 and all(p.stat().st_size > 0 for p in files)
