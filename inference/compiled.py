@@ -380,5 +380,8 @@ def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):
 
 def clear() -> None:
     """Forget every kept function (``jax.clear_caches()`` frees the executables themselves)."""
+    from inference import exported
+
     _CACHE.clear()
     _CONSTANTS.clear()
+    exported.clear()

@@ -20,6 +20,10 @@ The file's name hashes everything the program depends on:
 - the files of this package, the versions of jax, jaxlib, numpyro and optax, and the platform,
   device kind and number of devices.
 
+Programs that depend on their arguments only (EP's start, sweeps, evidence and Gaussian of the
+latents, the Bayes machine's EP loop) are kept with `flat` instead, named by their arguments' tree
+and shapes: every model whose EP problem has that structure shares them.
+
 Kept this way: the NUTS chains (without a progress bar: a host callback cannot be exported),
 Laplace's programs, EP's programs (through flat arrays, `flat`), VI's draws, every engine's
 pointwise log likelihood and the log joint (``lp``) of EP's and ESS's draws (see the ``persist``
@@ -54,6 +58,7 @@ from inference import compiled
 PREFIX = "probmodels-program-"
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _NOT_KEPT = object()  # an empty file: this program cannot be exported
+_FLAT: list = []  # the in-process programs of each `flat` function (emptied by `clear`)
 
 
 def fingerprint(model, args: tuple, kwargs: dict) -> str | None:
@@ -119,6 +124,36 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
     """The file for the program of engine step ``tag`` with ``options`` on this model and
     structure, called with the further arguments ``extra`` (their shapes enter the name), or
     ``None`` when it is not kept (cache off, or a name another process would not reproduce)."""
+    if not compiled._verdict_dir():
+        return None
+    sp = compiled.split(args, kwargs)
+    if sp.key is None or not compiled._simple(options):
+        return None
+    treedef, static, avals, x64 = sp.key
+    static = [(i, f"{t.__module__}.{t.__qualname__}", v) for i, t, v in static]
+    extra_avals = _avals(extra)
+    if extra_avals is None or not compiled._simple([v for *_, v in static]):
+        return None
+    fp = fingerprint(model, args, kwargs)
+    if fp is None:
+        return None
+    return _file((tag, options, str(treedef), static, avals, x64, extra_avals, fp))
+
+
+def _avals(tree) -> tuple | None:
+    """The tree's structure and its leaves' shapes and dtypes; ``None`` for leaves without a plain
+    dtype (typed PRNG keys, Python scalars): not kept."""
+    leaves, treedef = jax.tree.flatten(tree)
+    try:
+        return str(treedef), tuple((np.shape(x), np.dtype(x.dtype).str) for x in leaves)
+    except (AttributeError, TypeError):
+        return None
+
+
+def _file(what: tuple) -> str | None:
+    """The file named by a hash of ``what`` and of the environment (this package's files, the
+    jax/jaxlib/numpyro/optax versions, platform, device kind and count); ``None`` when the cache
+    is off or the text holds an object address (another process would not reproduce it)."""
     import jaxlib
     import numpyro
     import optax
@@ -126,26 +161,10 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
     directory = compiled._verdict_dir()
     if not directory:
         return None
-    sp = compiled.split(args, kwargs)
-    if sp.key is None or not compiled._simple(options):
-        return None
-    treedef, static, avals, x64 = sp.key
-    static = [(i, f"{t.__module__}.{t.__qualname__}", v) for i, t, v in static]
-    leaves, tree = jax.tree.flatten(extra)
-    try:
-        extra_avals = [(np.shape(x), np.dtype(x.dtype).str) for x in leaves]
-    except (AttributeError, TypeError):  # typed PRNG keys, Python scalars: not kept
-        return None
-    if not compiled._simple([v for *_, v in static]):
-        return None
-    fp = fingerprint(model, args, kwargs)
-    if fp is None:
-        return None
     devices = jax.local_devices()
-    text = repr((tag, options, str(treedef), static, avals, x64, str(tree), extra_avals, fp,
-                 jax.__version__, jaxlib.__version__, numpyro.__version__, optax.__version__,
-                 compiled._package_stamps(("inference",)),
-                 devices[0].platform, devices[0].device_kind, len(devices)))
+    text = repr(what + (jax.__version__, jaxlib.__version__, numpyro.__version__, optax.__version__,
+                        compiled._package_stamps(("inference",)),
+                        devices[0].platform, devices[0].device_kind, len(devices)))
     if _ADDRESS.search(text):
         return None
     return os.path.join(directory, PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40])
@@ -194,25 +213,37 @@ def lazy(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple):
     return run
 
 
-def flat(fn, tag: str, model, args: tuple, kwargs: dict, options: tuple, out_tree):
-    """``fn`` (pure, over pytrees of arrays, returning a pytree of structure ``out_tree``) jitted
-    and kept with `lazy` through flat arrays: the exported program takes and returns plain
-    arrays, so pytree classes (EP's problem and state) need no serialisation. The arguments' tree
-    (with its static data: EP's likelihood kinds and sizes) enters the file's name; one program
-    per tree, as ``jax.jit`` would trace again."""
+def flat(fn, tag: str, options: tuple, out_tree):
+    """``fn`` (pure: its result depends on its arguments only, returning a pytree of structure
+    ``out_tree``) jitted and kept on disk per structure of its arguments, through flat arrays: the
+    exported program takes and returns plain arrays, so pytree classes (EP's problem and state)
+    need no serialisation. The name hashes ``tag``, ``options`` and the arguments' tree (with its
+    static data: EP's likelihood kinds, sizes and links) and shapes, not a model: programs like
+    EP's sweeps depend on the problem, so every model with that problem's structure shares them
+    (a grid over kernel widths traces them once)."""
     programs = {}
+    _FLAT.append(programs)
 
     def run(*call_args):
         leaves, tree = jax.tree.flatten(call_args)
-        program = programs.get(tree)
+        signature = _avals(call_args)
+        key = (tree, signature)
+        program = programs.get(key)
         if program is None:
             def flat_fn(*xs):
                 return tuple(jax.tree.leaves(fn(*jax.tree.unflatten(tree, xs))))
 
-            program = programs[tree] = lazy(jax.jit(flat_fn), tag, model, args, kwargs, options + (str(tree),))
+            file = None if signature is None or not compiled._simple(options) else _file((tag, options, signature))
+            program = programs[key] = keep(jax.jit(flat_fn), file, tuple(leaves))
         return jax.tree.unflatten(out_tree, program(*leaves))
 
     return run
+
+
+def clear() -> None:
+    """Forget the in-process programs of `flat` functions (`inference.compiled.clear` calls it)."""
+    for programs in _FLAT:
+        programs.clear()
 
 
 def _load(file: str):

@@ -365,6 +365,21 @@ def run(L, t, offset, a0, b0, fixed_eps, damping, tol, max_iter, init_sites, *, 
     return state, gauss, log_z, num_bad
 
 
+_KEPT_RUNS: dict = {}
+
+
+def _kept_run(*args, schedule, learn, clip=True):
+    """`run`, kept on disk per static options and argument shapes (`inference.exported.flat`)."""
+    options = (schedule, learn, clip)
+    if options not in _KEPT_RUNS:
+        from inference import exported
+
+        out = jax.tree.structure((BMState(*range(len(BMState._fields))), _Gaussian(0, 0, 0), 0, 0))
+        _KEPT_RUNS[options] = exported.flat(partial(run, schedule=schedule, learn=learn, clip=clip),
+                                            "bm-run", options, out)
+    return _KEPT_RUNS[options](*args)
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -428,15 +443,14 @@ def check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fi
 
 
 def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200,
-        learn_noise=True, fixed_eps=0.0, prior_mean=None, init_sites=None, negative_sites="clip",
-        program=run) -> BMResult:
+        learn_noise=True, fixed_eps=0.0, prior_mean=None, init_sites=None, negative_sites="clip") -> BMResult:
     """EP for the Bayes machine with prior covariance ``K`` (n, n) and labels ``y`` (n,).
 
     ``learn_noise=False`` fixes eps at ``fixed_eps`` (0: the "eps=0 machine", a noise-free step).
     ``prior_mean`` (n,) is the prior mean of f (default 0). ``init_sites`` warm-starts from
     ``(tau, nu, site_a, site_b)``. ``negative_sites``: ``"clip"`` (default) or ``"allow"``, see
-    the module doc. Cost O(n^3) per sweep. ``program``: `run` or a function called like it (the
-    engine hook passes one kept on disk for the model's structure).
+    the module doc. Cost O(n^3) per sweep; `run`'s program is kept on disk per shapes and options
+    (`_kept_run`), so a new process does not trace it again.
 
     If EP has not converged after ``max_iter`` sweeps (it oscillates on a few noisy problems), it
     continues from the last sites with ``damping`` halved (more damping), at most twice;
@@ -457,7 +471,7 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     f = lambda v: jnp.asarray(v, L.dtype)  # noqa: E731
     iters = skipped = 0
     for attempt in range(1 + MAX_DAMPING_RAISES):
-        state, gauss, log_z, _ = program(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol),
+        state, gauss, log_z, _ = _kept_run(L, t, offset, f(a0), f(b0), f(fixed_eps), f(damping), f(tol),
                                      jnp.asarray(max_iter), sites, schedule=schedule, learn=bool(learn_noise),
                                      clip=negative_sites == "clip")
         iters, skipped = iters + int(state.iteration), skipped + int(state.num_skipped)

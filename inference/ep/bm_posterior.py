@@ -39,7 +39,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 
-from inference import _model, compiled
+from inference import _model
 from inference._special import _base
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -119,30 +119,6 @@ def bayes_machine_parts(trace) -> BMParts:
     return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
 
 
-def _kept_run(model, args, kwargs):
-    """`bayes_machine.run` kept on disk for this model structure (`inference.exported.flat`), one
-    program per static options, so that a new process does not trace it again (~0.3 s)."""
-    if compiled.split(args, kwargs).key is None:
-        return bm.run
-
-    def compute():
-        from inference import exported
-
-        out = jax.tree.structure((bm.BMState(*range(len(bm.BMState._fields))), bm._Gaussian(0, 0, 0), 0, 0))
-        kept = {}
-
-        def run(*call_args, schedule, learn, clip=True):
-            options = (schedule, learn, clip)
-            if options not in kept:
-                kept[options] = exported.flat(partial(bm.run, schedule=schedule, learn=learn, clip=clip),
-                                              "bm-run", model, args, kwargs, options, out)
-            return kept[options](*call_args)
-
-        return run
-
-    return compiled.memo("bm-run", model, args, kwargs, compute)
-
-
 @partial(jax.jit, static_argnames=("num_samples", "learn_noise"))
 def _draws(key, mean, C, logdet, eps_a, eps_b, num_samples, learn_noise):
     """``(key for the rest, f draws, eps draws or None, log q)`` from ``q(f) q(eps)``: one program
@@ -194,7 +170,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
     noise_prior = parts.noise_prior or (1.0, 1.0)
     sparse = None
     if active_set_size is None:
-        res = bm.fit(parts.K, parts.t, noise_prior, program=_kept_run(model, args, kwargs), **opts)
+        res = bm.fit(parts.K, parts.t, noise_prior, **opts)
     else:
         sparse = _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes)
         res = sparse.result

@@ -21,25 +21,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options, _special, compiled
+from inference import _options, _special
 from inference._model import finish_samples, log_joint, observed_sites, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
 from inference.ep.recognise import recognise
 from inference.ep.state import EPState
-from inference.ep.update import init, run, run_arguments, sweeps
+from inference.ep.update import init, run_arguments, sweeps
 from inference.posterior import Posterior
 
 SCHEDULES = ("parallel", "sequential")
-_init = jax.jit(init)
-_to_latent = jax.jit(to_latent)
 
 
 class _Programs(NamedTuple):
-    """EP's programs for one model structure: ``init(problem)``, ``sweeps[schedule](problem,
-    state, *run_arguments)``, ``evidence(problem, state)``, ``to_latent(problem, latent_map, tau,
-    nu)``."""
+    """EP's programs: ``init(problem)``, ``sweeps[schedule](problem, state, *run_arguments)``,
+    ``evidence(problem, state)``, ``to_latent(problem, latent_map, tau, nu)``. Each is kept on
+    disk per problem structure (`inference.exported.flat`), so a new process does not trace it
+    again (~0.3 s of a first fit), and every model with that structure shares it."""
 
     init: Callable
     sweeps: dict
@@ -47,37 +46,19 @@ class _Programs(NamedTuple):
     to_latent: Callable
 
 
-def _plain_sweeps(schedule):
-    def fn(problem, state, damping, tol, stop, start, skipped, change):
-        return run(problem, state, damping, tol, stop, schedule, start, skipped, change)
+def _kept_programs() -> _Programs:
+    from inference import exported
 
-    return fn
+    state = EPState(*range(5))  # output trees
+    pair = jax.tree.structure((0, 0))
+    return _Programs(exported.flat(init, "ep-init", (), jax.tree.structure(state)),
+                     {s: exported.flat(sweeps(s), f"ep-sweeps-{s}", (), jax.tree.structure((state, 0, 0, 0)))
+                      for s in SCHEDULES},
+                     exported.flat(log_evidence, "ep-evidence", (), pair),
+                     exported.flat(to_latent, "ep-to-latent", (), pair))
 
 
-_PLAIN = _Programs(_init, {s: _plain_sweeps(s) for s in SCHEDULES}, log_evidence, _to_latent)
-
-
-def _programs(model, args, kwargs) -> _Programs:
-    """EP's programs for this model structure, kept on disk (`inference.exported.flat`) so that a
-    new process does not trace them again (~0.3 s of a first fit); the module's jitted functions
-    when the structure has no key."""
-    if compiled.split(args, kwargs).key is None:
-        return _PLAIN
-
-    def compute():
-        from inference import exported
-
-        state = EPState(*range(5))  # output trees
-        pair = jax.tree.structure((0, 0))
-
-        def keep(fn, tag, out):
-            return exported.flat(fn, f"ep-{tag}", model, args, kwargs, (), out)
-
-        return _Programs(keep(init, "init", jax.tree.structure(state)),
-                         {s: keep(sweeps(s), f"sweeps-{s}", jax.tree.structure((state, 0, 0, 0))) for s in SCHEDULES},
-                         keep(log_evidence, "evidence", pair), keep(to_latent, "to-latent", pair))
-
-    return compiled.memo("ep-programs", model, args, kwargs, compute)
+_PROGRAMS = _kept_programs()
 
 
 def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
@@ -156,7 +137,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    programs = _programs(model, args, kwargs)
+    programs = _PROGRAMS
     state, iterations, skipped, change, damping = _default_damping_run(programs, rec.problem, schedule, damping,
                                                                        tol, max_iter, progress)
     converged = bool(change <= tol)
@@ -217,7 +198,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     trace = trace_model(model, args, kwargs, seed=seed)
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    programs = _programs(model, args, kwargs)
+    programs = _PROGRAMS
     state, _, _, change = _iterate(programs, rec.problem, schedule, damping, tol, max_iter, False)
     log_z, ok = programs.evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None

@@ -247,6 +247,9 @@ class Link:
     def __hash__(self):
         return hash(self.key)
 
+    def __repr__(self):  # structural, like equality: names EP programs kept on disk (inference.exported)
+        return f"Link({self.key!r})"
+
     def __call__(self, eta, consts):
         k = len(self.const_ids)
         nf = len(self.frontier)
