@@ -283,3 +283,24 @@ def test_bayes_machine_ep_program_is_kept_and_gives_the_same_fit(tmp_path, monke
         np.testing.assert_array_equal(post.sample_stats["lp"], plain.sample_stats["lp"])
     files = [p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]
     assert len(files) == 3 and all(p.stat().st_size > 0 for p in files)
+
+
+def test_ep_programs_are_shared_by_models_with_the_same_problem_structure(tmp_path, monkeypatch):
+    """EP's programs are named by the structure of the problem they solve, not by the model: a GP
+    classifier refitted with another kernel width (another model structure: the width is static)
+    exports only its own log joint and log likelihood, not EP's 4 programs again. Regression: when
+    they were named by the model, a grid over widths traced and exported them at every width."""
+    import probmodels
+    from probmodels.kernels import RBF
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(25, 2))
+    y = (X[:, 0] > 0).astype(int)
+    compiled.clear()
+    exports = _count_exports(monkeypatch, cache=tmp_path)
+    counts = []
+    for width in (1.0, 2.0):
+        inference.ep(probmodels.gp_classifier, X, y, kernel=RBF(width), num_samples=10, progress=False)
+        counts.append(len(exports))
+    assert counts == [6, 8]
+    compiled.clear()
