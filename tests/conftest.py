@@ -33,10 +33,11 @@ collect_ignore = _unverified()
 
 # `make test` runs two workers with `--dist worksteal`: tests are split between them and an idle
 # worker takes pending tests from the other, so no worker is left alone with a long file at the
-# end (`--dist loadfile`, one file per worker, left one worker idle for ~1 min: 17m16s against
-# 16m09s for the whole suite on 2026-11-22, although each worker then compiles some programs a
-# file's tests share). The longest files (by --durations: the notebooks ~260 s, the docstrings
-# ~170 s, ...) still go first, so their tests spread over both workers from the start.
+# end, as with `--dist loadfile` (one file per worker). Measured on 2026-11-22: 16m09s and 17m02s
+# against 17m16s with loadfile, within run-to-run variation (loadfile: 15m56s-19m49s that day);
+# the per-test times sum to ~1870 s, so ~15.6 min is the floor on two workers. The longest files
+# (by --durations: the notebooks ~260 s, the docstrings ~170 s, ...) go first, so their tests
+# spread over both workers from the start.
 LONG_FIRST = (
     "notebooks/test_notebooks.py", "docs/test_docstrings.py", "inference/test_stress.py",
     "probmodels/test_mixtures.py", "probmodels/test_hmm.py", "inference/test_persistence.py",
