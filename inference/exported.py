@@ -144,8 +144,13 @@ def _avals(tree) -> tuple | None:
     """The tree's structure and its leaves' shapes and dtypes; ``None`` for leaves without a plain
     dtype (typed PRNG keys, Python scalars): not kept."""
     leaves, treedef = jax.tree.flatten(tree)
+    shapes = _shapes(leaves)
+    return None if shapes is None else (str(treedef), shapes)
+
+
+def _shapes(leaves) -> tuple | None:
     try:
-        return str(treedef), tuple((np.shape(x), np.dtype(x.dtype).str) for x in leaves)
+        return tuple((np.shape(x), np.dtype(x.dtype).str) for x in leaves)
     except (AttributeError, TypeError):
         return None
 
@@ -226,15 +231,15 @@ def flat(fn, tag: str, options: tuple, out_tree):
 
     def run(*call_args):
         leaves, tree = jax.tree.flatten(call_args)
-        signature = _avals(call_args)
-        key = (tree, signature)
-        program = programs.get(key)
+        shapes = _shapes(leaves)
+        program = programs.get((tree, shapes))
         if program is None:
             def flat_fn(*xs):
                 return tuple(jax.tree.leaves(fn(*jax.tree.unflatten(tree, xs))))
 
-            file = None if signature is None or not compiled._simple(options) else _file((tag, options, signature))
-            program = programs[key] = keep(jax.jit(flat_fn), file, tuple(leaves))
+            kept = shapes is not None and compiled._simple(options)
+            file = _file((tag, options, str(tree), shapes)) if kept else None
+            program = programs[(tree, shapes)] = keep(jax.jit(flat_fn), file, tuple(leaves))
         return jax.tree.unflatten(out_tree, program(*leaves))
 
     return run

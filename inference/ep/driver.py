@@ -15,13 +15,12 @@ Example:
 from __future__ import annotations
 
 import warnings
-from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options, _special
+from inference import _options, _special, exported
 from inference._model import finish_samples, log_joint, observed_sites, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
@@ -34,31 +33,14 @@ from inference.posterior import Posterior
 SCHEDULES = ("parallel", "sequential")
 
 
-class _Programs(NamedTuple):
-    """EP's programs: ``init(problem)``, ``sweeps[schedule](problem, state, *run_arguments)``,
-    ``evidence(problem, state)``, ``to_latent(problem, latent_map, tau, nu)``. Each is kept on
-    disk per problem structure (`inference.exported.flat`), so a new process does not trace it
-    again (~0.3 s of a first fit), and every model with that structure shares it."""
-
-    init: Callable
-    sweeps: dict
-    evidence: Callable
-    to_latent: Callable
-
-
-def _kept_programs() -> _Programs:
-    from inference import exported
-
-    state = EPState(*range(5))  # output trees
-    pair = jax.tree.structure((0, 0))
-    return _Programs(exported.flat(init, "ep-init", (), jax.tree.structure(state)),
-                     {s: exported.flat(sweeps(s), f"ep-sweeps-{s}", (), jax.tree.structure((state, 0, 0, 0)))
-                      for s in SCHEDULES},
-                     exported.flat(log_evidence, "ep-evidence", (), pair),
-                     exported.flat(to_latent, "ep-to-latent", (), pair))
-
-
-_PROGRAMS = _kept_programs()
+# EP's programs, each kept on disk per problem structure (`inference.exported.flat`): a new process
+# does not trace them again (~0.3 s of a first fit), and every model with that structure shares them.
+_STATE, _PAIR = EPState(*range(5)), jax.tree.structure((0, 0))  # output trees
+_init = exported.flat(init, "ep-init", (), jax.tree.structure(_STATE))
+_SWEEPS = {s: exported.flat(sweeps(s), f"ep-sweeps-{s}", (), jax.tree.structure((_STATE, 0, 0, 0)))
+           for s in SCHEDULES}
+_evidence = exported.flat(log_evidence, "ep-evidence", (), _PAIR)
+_to_latent = exported.flat(to_latent, "ep-to-latent", (), _PAIR)
 
 
 def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
@@ -137,22 +119,20 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    programs = _PROGRAMS
-    state, iterations, skipped, change, damping = _default_damping_run(programs, rec.problem, schedule, damping,
-                                                                       tol, max_iter, progress)
+    state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
+                                                                       max_iter, progress)
     converged = bool(change <= tol)
     if not converged:
         warnings.warn(
             f"EP did not converge in {iterations} sweeps (largest site change {float(change):.3g} > tol={tol:g}); "
             f"try a smaller damping (e.g. damping={damping / 2:g}), a larger max_iter, or "
             f"schedule='sequential'", RuntimeWarning, stacklevel=2)
-    log_z, ok = programs.evidence(rec.problem, state)
+    log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     if log_z is None:
         warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
                       RuntimeWarning, stacklevel=2)
-    mean_u, cov_u = (np.asarray(x, float) for x in programs.to_latent(rec.problem, rec.latent_map, state.tau,
-                                                                      state.nu))
+    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
         raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")
     key = jax.random.PRNGKey(seed)
@@ -198,12 +178,10 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     trace = trace_model(model, args, kwargs, seed=seed)
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    programs = _PROGRAMS
-    state, _, _, change = _iterate(programs, rec.problem, schedule, damping, tol, max_iter, False)
-    log_z, ok = programs.evidence(rec.problem, state)
+    state, _, _, change = _iterate(rec.problem, schedule, damping, tol, max_iter, False)
+    log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
-    mean_u, cov_u = (np.asarray(x, float) for x in programs.to_latent(rec.problem, rec.latent_map, state.tau,
-                                                                      state.nu))
+    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return mean_u, cov_u, log_z, bool(float(change) <= tol)
 
 
@@ -218,24 +196,24 @@ def _kernel_jitter(trace) -> dict:
 UNDAMPED_MAX_ITER = 50  # default damping: sweeps allowed undamped before the damped run (0.5) takes over
 
 
-def _default_damping_run(programs, problem, schedule, damping, tol, max_iter, progress):
+def _default_damping_run(problem, schedule, damping, tol, max_iter, progress):
     """``_iterate`` plus the damping used. With ``damping=None`` EP first runs undamped (about
     half the sweeps of damping 0.5 where it converges: 11 vs 28 on a probit GP classifier,
     n = 500, same fixed point to 2e-6) and, if that run has not converged within
     `UNDAMPED_MAX_ITER` sweeps or left non-finite sites, restarts damped (0.5) from the prior."""
     if damping is not None:
-        return (*_iterate(programs, problem, schedule, damping, tol, max_iter, progress), damping)
+        return (*_iterate(problem, schedule, damping, tol, max_iter, progress), damping)
     if schedule == "parallel":
-        out = _iterate(programs, problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress)
+        out = _iterate(problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress)
         state, change = out[0], float(out[3])
         if change <= tol and np.all(np.isfinite(np.asarray(state.tau))) and np.all(np.isfinite(np.asarray(state.nu))):
             return (*out, 1.0)
-    return (*_iterate(programs, problem, schedule, 0.5, tol, max_iter, progress), 0.5)
+    return (*_iterate(problem, schedule, 0.5, tol, max_iter, progress), 0.5)
 
 
-def _iterate(programs, problem, schedule, damping, tol, max_iter, progress):
-    state = programs.init(problem)
-    sweep = programs.sweeps[schedule]
+def _iterate(problem, schedule, damping, tol, max_iter, progress):
+    state = _init(problem)
+    sweep = _SWEEPS[schedule]
     if not progress:
         return sweep(problem, state, *run_arguments(state, damping, tol, max_iter))
     from tqdm.auto import tqdm
