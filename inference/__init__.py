@@ -13,7 +13,7 @@ Note: the functions ``mcmc``, ``vi``, ``laplace`` and ``ep`` share their names w
 that define them; import internals as ``from inference.ep.sites import ...``.
 """
 
-from inference import cache as _cache
+from inference import cache
 from inference.fit import fit
 from inference.laplace import SingularHessianError, laplace
 from inference.latent import recovered
@@ -27,7 +27,5 @@ from inference.vi import vi
 # is also callable, see inference/ep/__init__.py, in case it is rebound by a later import).
 from inference.ep.driver import ep  # noqa: E402
 
-_cache.enable()
 
-
-__all__ = ["Posterior", "SingularHessianError", "distributed_ep", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]
+__all__ = ["Posterior", "cache", "SingularHessianError", "distributed_ep", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]

@@ -1,7 +1,10 @@
-"""JAX's persistent compilation cache, on by default so a second process fitting the same model
-does not compile again. Opt out with ``INFERENCE_COMPILATION_CACHE=0`` (or point it elsewhere with
-``INFERENCE_COMPILATION_CACHE=/some/dir``); a cache directory the user already configured in JAX
-is left alone.
+"""JAX's persistent compilation cache (and `inference.exported`'s programs beside it), opt-in:
+importing `inference` changes no JAX configuration. Switch it on with ``inference.cache.enable()``
+or the environment variable ``INFERENCE_COMPILATION_CACHE=1`` (or ``=/some/dir``), read at the
+first engine call; ``probmodels demo`` and ``probmodels fit`` switch it on themselves
+(``INFERENCE_COMPILATION_CACHE=0`` keeps it off there too). A second process fitting the same
+model then reads its programs instead of compiling them. A cache directory the user already
+configured in JAX is left alone.
 
 Every new data shape adds programs, so the directory would grow without bound (7 GB, 34,000 files
 after some months of this project's benchmarks). At most once a day, when a process that used the
@@ -26,17 +29,33 @@ def default_dir() -> str:
     return os.path.join(base, "probmodels", "jax")
 
 
+_OFF = ("0", "false", "False", "off", "")
+_ON = ("1", "true", "True", "on")
+_ENVIRONMENT_READ = {"done": False}
+
+
 def enable(path: str | None = None) -> str | None:
-    """Turn the cache on (``path`` defaults to ``$XDG_CACHE_HOME/probmodels/jax``); returns the
-    directory in use, or ``None`` when switched off."""
+    """Turn the cache on (``path`` defaults to ``$INFERENCE_COMPILATION_CACHE`` when that names a
+    directory, else ``$XDG_CACHE_HOME/probmodels/jax``); returns the directory in use, or ``None``
+    when ``INFERENCE_COMPILATION_CACHE=0`` forbids it or the directory cannot be made.
+
+    Example:
+        >>> import os, tempfile, jax
+        >>> from inference import cache
+        >>> before = jax.config.jax_compilation_cache_dir
+        >>> d = tempfile.mkdtemp()
+        >>> cache.enable(d) == (before or d) or os.environ.get("INFERENCE_COMPILATION_CACHE") in cache._OFF
+        True
+    """
     import jax
 
-    setting = os.environ.get("INFERENCE_COMPILATION_CACHE", "1")
-    if setting in ("0", "false", "False", "off"):
+    setting = os.environ.get("INFERENCE_COMPILATION_CACHE")
+    if setting is not None and setting in _OFF:
         return None
     if jax.config.jax_compilation_cache_dir:
         return jax.config.jax_compilation_cache_dir
-    path = path or (setting if setting not in ("1", "true", "True", "on") else default_dir())
+    if path is None:
+        path = setting if setting is not None and setting not in _ON else default_dir()
     try:
         os.makedirs(path, exist_ok=True)
     except OSError:
@@ -52,6 +71,18 @@ def enable(path: str | None = None) -> str | None:
     if max_bytes > 0:
         atexit.register(prune_if_due, path, max_bytes)
     return path
+
+
+def from_environment() -> str | None:
+    """`enable` if ``INFERENCE_COMPILATION_CACHE`` asks for it (``1`` or a directory); read once,
+    at the first engine call (`inference.compiled.scope`). Returns the directory, or ``None``."""
+    if _ENVIRONMENT_READ["done"]:
+        return None
+    _ENVIRONMENT_READ["done"] = True
+    setting = os.environ.get("INFERENCE_COMPILATION_CACHE")
+    if setting is None or setting in _OFF:
+        return None
+    return enable()
 
 
 def _max_bytes() -> int:

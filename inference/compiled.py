@@ -1,23 +1,23 @@
-"""Compiled functions kept across engine calls, with the data passed as arguments.
+"""Compiled engine programs kept across calls, keyed by what the model computes.
 
-An engine that closes over the data traces and compiles afresh on every call (0.3-1 s even when
-the persistent cache holds the executable). Here a function is built and compiled once per
-*structure*: the model, the tree of its arguments, the shape and dtype of every array leaf, the
-value of every other leaf (ints, strings, ``None``: they may steer Python control flow in the
-model) and the engine's options. The arrays are passed as arguments, so fitting the same model
-again on new data of the same shape (SBC, cross-validation, the CLI, a benchmark's second call)
-runs without tracing or compiling.
+An engine that closes over the data traces and compiles afresh on every call (0.3-1 s). Here an
+engine step is built once per key and takes the data as arguments, so fitting the same model again
+on new data of the same shapes (SBC, cross-validation, a refit) neither traces nor compiles. The
+key is the step and its options, the model, the structure of its arguments (tree, shapes, dtypes,
+the value of every non-array leaf) and the model's `fingerprint`: a digest of the jaxpr of one
+trace of it with the data traced, and of that jaxpr's constants. Whatever a trace sees (a global,
+a closure cell, a default argument, a kernel's attribute, a captured array changed in place) is in
+the jaxpr or its constants, so a change to it gives a new key and the new answer. The fingerprint
+costs one trace (10-40 ms warm for the library's models, against 0.3-1 s of compilation saved) and
+is taken once per engine call (`scoped`).
 
-A model may treat concrete and traced inputs differently: input checks that convert data (labels
-{-1, +1} to {0, 1}, NaN padding to a mask) step aside under tracing, and NumPy on an input fails.
-So before a structure's first compilation its log joint at a draw from the model is computed with
-the data as constants and as arguments; unless the two agree, that structure keeps its data as constants (compiled per call, as a
-plain NumPyro engine does). The verdict (~0.1 s in a new process: a trace, a lowering and a
-cached program) is also kept on disk beside JAX's persistent compilation cache, keyed by the
-structure, the data's contents, the model's source files and the library versions, so a later
-process fitting the same model to the same data (a script run again) skips the check; on other
-data the check runs (see `verdict_path`). Programs called with ``persist=True`` are kept on
-disk too, exported, so that a later process does not trace them again (`inference.exported`).
+A model may treat concrete and traced data differently: an input check that recodes labels
+({-1, +1} to {0, 1}) when they are concrete steps aside under tracing. So the data are passed as
+arguments only after `traceable` found the model's log joint at a draw the same with the data
+concrete and traced; otherwise they stay constants and the step is compiled per call, as a plain
+NumPyro engine does. The verdict depends on the data's values, so it is kept per fingerprint,
+structure and digest of the data's contents. Nothing here is written to disk (`inference.exported`
+keeps programs across processes when the persistent cache is switched on).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np
@@ -33,15 +33,23 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import re
+import threading
 from collections import OrderedDict
 from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
 
-MAX_ENTRIES = 64
-_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
-_CONSTANTS: set = set()  # structures whose model needs concrete data
+MAX_ENTRIES = 256
+MAX_HASHED_BYTES = 256 * 2**20  # larger data or constants are not hashed: their steps are not kept
+_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()  # programs, verdicts and facts, by full key
+_CONSTANTS: set = set()  # keys of steps that failed to trace with the data as arguments
+_SCOPE = threading.local()  # fingerprints taken during the current engine call (see `scoped`)
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
 _TRACER_ERRORS = (
     jax.errors.ConcretizationTypeError,
     jax.errors.TracerArrayConversionError,
@@ -59,6 +67,15 @@ class Split(NamedTuple):
     rebuild: Callable
 
 
+class Fingerprint(NamedTuple):
+    """Digests of what a model computes: ``local`` for this process (object addresses in the
+    jaxpr's parameters included) and ``portable`` for files other processes read (``None`` when
+    the text holds an address, which another process would not reproduce)."""
+
+    local: str
+    portable: str | None
+
+
 def _is_data(x) -> bool:
     if not isinstance(x, (np.ndarray, jax.Array)):
         return False
@@ -70,8 +87,7 @@ def _is_data(x) -> bool:
 
 def _static_key(x):
     """A non-array leaf as it enters the key: itself, or for a SciPy sparse matrix (unhashable; a
-    corpus of counts for LDA) its format, shape and a digest of its contents, so refits on the
-    same matrix reuse the kept functions (which close over the first call's, equal, matrix)."""
+    corpus of counts for LDA) its format, shape and a digest of its contents."""
     import sys
 
     sparse = sys.modules.get("scipy.sparse")
@@ -83,12 +99,11 @@ def _static_key(x):
 
 def _digest(named_arrays) -> str:
     """A content digest of ``(name, array)`` pairs (host arrays)."""
-    import hashlib
-
     h = hashlib.blake2b(digest_size=20)
     for name, a in named_arrays:
-        h.update(str(name).encode())
-        h.update(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
+        a = np.ascontiguousarray(a)
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.view(np.uint8).reshape(-1))
     return h.hexdigest()
 
 
@@ -113,40 +128,140 @@ def split(args: tuple, kwargs: dict) -> Split:
     return Split(arrays, key, rebuild)
 
 
-def _entry(tag, model, args, kwargs, options, build):
-    """``(fn, arrays, key, new)``: the kept function for this structure (built now if ``new``) or,
-    for a structure that keeps its data as constants, a fresh build over them (``key`` None or in
-    `_CONSTANTS`)."""
+@contextlib.contextmanager
+def scope():
+    """Within it, a model's fingerprint is taken once per structure: one engine call cannot
+    change what the model computes. Nested scopes share the outermost one. The first scope also
+    reads ``INFERENCE_COMPILATION_CACHE`` (`inference.cache.from_environment`)."""
+    if getattr(_SCOPE, "memo", None) is not None:
+        yield
+        return
+    from inference import cache
+
+    cache.from_environment()  # the opt-in persistent cache, asked for by environment variable
+    _SCOPE.memo = {}
+    try:
+        yield
+    finally:
+        _SCOPE.memo = None
+
+
+def scoped(engine):
+    """``engine`` run inside `scope` (decorates the public engine functions)."""
+
+    @functools.wraps(engine)
+    def run(*args, **kwargs):
+        with scope():
+            return engine(*args, **kwargs)
+
+    return run
+
+
+def fingerprint(model, args: tuple, kwargs: dict) -> Fingerprint | None:
+    """What ``model`` computes on data of this structure (see `Fingerprint`); ``None`` when it
+    cannot be traced with its data as arguments (the data then stay constants)."""
+    memo = getattr(_SCOPE, "memo", None)
     sp = split(args, kwargs)
+    key = None if sp.key is None else (model, sp.key)
+    if memo is not None and key is not None and key in memo:
+        return memo[key]
+    try:
+        fp = _fingerprint(model, sp)
+    except Exception:  # noqa: BLE001 - no fingerprint only means: the data stay constants
+        fp = None
+    if memo is not None and key is not None:
+        memo[key] = fp
+    return fp
+
+
+def _fingerprint(model, sp: Split) -> Fingerprint | None:
+    """One trace of ``model`` with the data traced and recovery on (`inference.latent`): each
+    site's value, log density, scale, mask and bijection to unconstrained space, each
+    deterministic site, the jaxpr's constants and a table of the sites' names, types, supports
+    and ``infer`` settings."""
+    import jax.numpy as jnp
+    from numpyro import handlers
+    from numpyro.distributions.transforms import biject_to
+    from numpyro.infer import init_to_uniform
+
+    from inference.latent import recovering
+
+    table = []
+
+    def run(arrays):
+        a, kw = sp.rebuild(arrays)
+        seeded = handlers.seed(model, rng_seed=0)
+        with recovering():
+            try:
+                trace = handlers.trace(seeded).get_trace(*a, **kw)
+            except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
+                trace = handlers.trace(handlers.substitute(seeded, substitute_fn=init_to_uniform)).get_trace(*a, **kw)
+        table.clear()
+        out = []
+        for name, site in trace.items():
+            fn = site.get("fn")
+            table.append((name, site["type"], type(fn).__qualname__, repr(getattr(fn, "support", None)),
+                          site.get("is_observed"), repr(site.get("infer"))))
+            if site["type"] == "sample":
+                value = site["value"]
+                parts = [value, fn.log_prob(value), jnp.asarray(1.0 if site.get("scale") is None else site["scale"]),
+                         jnp.asarray(True if site.get("mask") is None else site["mask"])]
+                if not site["is_observed"] and not getattr(fn.support, "is_discrete", False):
+                    bijection = biject_to(fn.support)  # traced only: the values are meaningless
+                    u = bijection.inv(value)
+                    parts += [u, bijection.log_abs_det_jacobian(u, value)]
+                out.append(parts)
+            elif site["type"] in ("deterministic", "param"):
+                out.append(site["value"])
+        return out
+
+    closed = jax.make_jaxpr(run)(sp.arrays)
+    consts = [np.asarray(c) for c in closed.consts]
+    if sum(c.nbytes for c in consts) > MAX_HASHED_BYTES:
+        return None
+    text = str(closed.jaxpr) + repr(table)
+    h = hashlib.sha256(text.encode())
+    h.update(_digest(enumerate(consts)).encode())
+    local = h.hexdigest()
+    return Fingerprint(local, None if _ADDRESS.search(text) else local)
+
+
+def _keep(key, value):
+    _CACHE[key] = value
+    while len(_CACHE) > MAX_ENTRIES:
+        _CACHE.popitem(last=False)
+    return value
+
+
+def _entry(tag, model, args, kwargs, options, build):
+    """``(fn, arrays, key, new)``: the kept function for this key (built now if ``new``) or, for
+    a model whose data must stay constants, a fresh build over them (``key`` None)."""
+    sp = split(args, kwargs)
+    fp = fingerprint(model, args, kwargs) if sp.key is not None else None
     key = None
-    if sp.key is not None:
-        key = (tag, model, sp.key, options)
+    if fp is not None:
+        key = (tag, model, fp.local, sp.key, options)
         try:
             hash(key)
         except TypeError:
             key = None
-    if key is not None and key not in _CACHE and not traceable(model, args, kwargs):
-        _CONSTANTS.add(key)
-    if key is None or key in _CONSTANTS:
+    if key is None or key in _CONSTANTS or not traceable(model, args, kwargs):
         return build(lambda _arrays: (tuple(args), dict(kwargs))), [], None, False
     fn = _CACHE.get(key)
     if fn is not None:
         _CACHE.move_to_end(key)
         return fn, sp.arrays, key, False
-    fn = _CACHE[key] = build(sp.rebuild)
-    while len(_CACHE) > MAX_ENTRIES:
-        _CACHE.popitem(last=False)
-    return fn, sp.arrays, key, True
+    return _keep(key, build(sp.rebuild)), sp.arrays, key, True
 
 
 def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, *extra,
          persist: bool = False):
-    """``build(rebuild)(arrays, *extra)``, where ``build`` runs once per structure.
+    """``build(rebuild)(arrays, *extra)``, where ``build`` runs once per key.
 
     ``build`` receives ``rebuild(arrays) -> (args, kwargs)`` and returns the function to keep
     (typically ``jax.jit``-ed); ``tag`` names the engine step and ``options`` its static settings.
     With ``persist`` the program is also kept on disk for later processes (`inference.exported`;
-    only for programs without host callbacks).
+    only for programs without host callbacks, and only when the persistent cache is on).
     """
     fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
     if not new:
@@ -157,18 +272,17 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
 
             fn = _CACHE[key] = exported.lazy(fn, tag, model, args, kwargs, options)
         return fn(arrays, *extra)
-    except _TRACER_ERRORS:  # this step needs concrete data: keep them constant from now on
+    except _TRACER_ERRORS:  # this step needs concrete data: keep them constant for this key
         _CACHE.pop(key, None)
         _CONSTANTS.add(key)
         return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
 
 
 def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, persist=False):
-    """``(fn, arrays)``: ``build(rebuild)`` kept per structure (like `call`) and the arrays to pass
-    it, for engines that call the kept functions several times (``arrays`` is ``[]`` when the
-    structure keeps its data as constants). With ``persist`` each jitted function (or field of a
-    NamedTuple of them; ``persist`` may name the fields) is also kept on disk, per shapes of its
-    arguments (`inference.exported`)."""
+    """``(fn, arrays)``: ``build(rebuild)`` kept per key (like `call`) and the arrays to pass it,
+    for engines that call the kept functions several times (``arrays`` is ``[]`` when the data
+    stay constants). With ``persist`` each jitted function (or field of a NamedTuple of them;
+    ``persist`` may name the fields) is also kept on disk (`inference.exported`)."""
     fn, arrays, key, new = _entry(tag, model, args, kwargs, options, build)
     if new and persist:
         from inference import exported
@@ -187,32 +301,100 @@ def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Calla
 
 def traceable(model, args: tuple, kwargs: dict) -> bool:
     """Whether ``model`` gives the same log joint with its array arguments traced as with them
-    concrete, at a draw of its own latents (once per structure; the verdict is read from and
-    written to the persistent cache directory when one is in use, see `verdict_path`)."""
+    concrete, at a draw of its own latents. Kept per fingerprint, structure and data contents
+    (data over `MAX_HASHED_BYTES` are checked on every call)."""
+    sp = split(args, kwargs)
+    if not sp.arrays:
+        return True
+    fp = fingerprint(model, args, kwargs)
+    if fp is None or sp.key is None:
+        return False
+    host = [np.asarray(a) for a in sp.arrays]
+    digest = _digest(enumerate(host)) if sum(a.nbytes for a in host) <= MAX_HASHED_BYTES else None
+    key = ("traceable", model, fp.local, sp.key, digest)
+    if digest is not None and key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    try:
+        fn, consts, arrays = check_program(model, args, kwargs)
+        concrete, lazy = (np.asarray(v) for v in fn(consts, arrays))
+    except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
+        ok = False
+    else:
+        rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
+        ok = bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
+    if digest is not None:
+        _keep(key, ok)
+    return ok
 
-    def compute():
-        sp = split(args, kwargs)
-        if not sp.arrays:
-            return True
-        path = verdict_path(model, sp.key, sp.arrays)
-        stored = _read_verdict(path)
-        if stored is not None:
-            return stored
+
+def check_program(model, args: tuple, kwargs: dict):
+    """``(fn, consts, arrays)`` for `traceable`: ``fn(consts, arrays)`` is one jitted program that
+    draws the latents and returns the log joint with the data as the model saw them concretely
+    and with the data traced. The concrete data become the jaxpr's constants ``consts``, passed as
+    arguments, so the program is kept per text of that jaxpr: new data of the same shapes that the
+    model handles the same way reuse it."""
+    from numpyro import handlers
+    from numpyro.infer import init_to_uniform
+    from numpyro.infer.util import log_density
+
+    sp = split(args, kwargs)
+
+    def draw():
+        seeded = handlers.seed(model, rng_seed=0)
         try:
-            fn, consts, arrays = check_program(model, args, kwargs)
-            concrete, lazy = (np.asarray(v) for v in fn(consts, arrays))
-        except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
-            ok = False
-        else:
-            rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
-            ok = bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
-        _write_verdict(path, ok)
-        return ok
+            trace = handlers.trace(seeded).get_trace(*args, **kwargs)
+        except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
+            sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
+            trace = handlers.trace(sub).get_trace(*args, **kwargs)
+        return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
 
-    return memo("traceable", model, args, kwargs, compute)
+    def with_constants():  # the model sees its concrete data: a draw and its log joint
+        p = draw()
+        return p, log_density(model, args, kwargs, p)[0]
+
+    closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
+    out_tree = jax.tree.structure(shapes)
+    consts = list(closed.consts)
+    fp = fingerprint(model, args, kwargs)
+    text = str(closed.jaxpr) + str(out_tree) + repr([(np.shape(c), str(np.result_type(c))) for c in consts])
+    key = ("check", model, None if fp is None else fp.local, sp.key, hashlib.sha256(text.encode()).hexdigest())
+
+    def both(consts, arrays):  # one program: the constants version, then the traced one
+        p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, consts))
+        a, kw = sp.rebuild(arrays)
+        return lp_const, log_density(model, a, kw, p)[0]
+
+    try:
+        fn = _CACHE.get(key) or _keep(key, jax.jit(both))
+    except TypeError:  # an unhashable key: not kept
+        fn = jax.jit(both)
+    return fn, consts, sp.arrays
 
 
-VERDICT_PREFIX = "probmodels-traceable-"
+def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):
+    """``compute()`` once per model fingerprint and structure, for facts that depend only on
+    them (site names)."""
+    sp = split(args, kwargs)
+    fp = fingerprint(model, args, kwargs) if sp.key is not None else None
+    key = None if fp is None else (tag, model, fp.local, sp.key)
+    try:
+        if key is not None and key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    except TypeError:
+        key = None
+    value = compute()
+    if key is not None:
+        _keep(key, value)
+    return value
+
+
+def cache_dir() -> str | None:
+    """The persistent compilation cache's directory (``None`` when off)."""
+    return jax.config.jax_compilation_cache_dir
+
+
 _SIMPLE = (bool, int, float, complex, str, bytes, type(None))
 
 
@@ -225,53 +407,6 @@ def _simple(x) -> bool:
     return isinstance(x, _SIMPLE)
 
 
-MAX_HASHED_BYTES = 256 * 2**20  # larger data are not hashed: their verdict is not kept on disk
-
-
-def verdict_path(model, key, arrays) -> str | None:
-    """The file holding `traceable`'s verdict for ``model`` on the structure ``key`` with these
-    data ``arrays`` in the persistent cache directory (``None``: not kept on disk). The name hashes
-    everything the check's outcome depends on: the structure (tree, shapes, dtypes, static leaves),
-    the data's contents (a model may convert concrete data that it leaves alone when traced, so a
-    verdict on other values would not carry over), the model's module, name, defaults and closure
-    values, the size and mtime of every loaded file of its top-level package and of this one, and
-    the versions of jax and numpyro. Only plain functions with defaults and closures of plain
-    values qualify (other objects' ``repr`` can differ between processes); a structure whose
-    ``repr`` holds an object address never matches again, which only costs the check."""
-    import hashlib
-    import inspect
-    import os
-    import types
-
-    directory = _verdict_dir()
-    if key is None or not directory or not isinstance(model, types.FunctionType):
-        return None
-    arrays = [np.asarray(a) for a in arrays]  # one host copy, for the size and the digest
-    if sum(a.nbytes for a in arrays) > MAX_HASHED_BYTES:
-        return None
-    closure = tuple(c.cell_contents for c in model.__closure__ or ())
-    extras = (model.__defaults__, model.__kwdefaults__, closure)
-    if not _simple(extras):
-        return None
-    try:
-        import numpyro
-
-        source = inspect.getsourcefile(model)
-        if source is None:
-            return None
-        text = repr((model.__module__, model.__qualname__, _stamp(source), extras, key, _digest(enumerate(arrays)),
-                     jax.__version__, numpyro.__version__,
-                     _package_stamps((model.__module__.split(".")[0], "inference"))))
-    except (OSError, TypeError, ValueError):
-        return None
-    return os.path.join(directory, VERDICT_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:40])
-
-
-def _verdict_dir() -> str | None:
-    """The persistent compilation cache's directory (``None`` when off: verdicts stay in memory)."""
-    return jax.config.jax_compilation_cache_dir
-
-
 def _stamp(path: str) -> tuple:
     import os
 
@@ -280,8 +415,7 @@ def _stamp(path: str) -> tuple:
 
 
 def _package_stamps(packages: tuple) -> tuple:
-    """Path, size and mtime of every loaded module file of these top-level packages: an edit to
-    any of them (the model's helpers, this package) changes the verdict's name."""
+    """Path, size and mtime of every loaded module file of these top-level packages."""
     import sys
 
     files = set()
@@ -291,22 +425,6 @@ def _package_stamps(packages: tuple) -> tuple:
             if file:
                 files.add(file)
     return tuple(_stamp(f) for f in sorted(files))
-
-
-def _read_verdict(path: str | None) -> bool | None:
-    if path is None:
-        return None
-    try:
-        with open(path) as f:
-            value = f.read()
-    except OSError:
-        return None
-    return {"1": True, "0": False}.get(value)
-
-
-def _write_verdict(path: str | None, ok: bool) -> None:
-    if path is not None:
-        write_file(path, b"1" if ok else b"0")
 
 
 def write_file(path: str, data: bytes) -> None:
@@ -324,58 +442,6 @@ def write_file(path: str, data: bytes) -> None:
             os.remove(tmp)
         except OSError:
             pass
-
-
-def check_program(model, args: tuple, kwargs: dict):
-    """``(fn, consts, arrays)`` for `traceable`: ``fn(consts, arrays)`` is one jitted program that
-    draws the latents and returns the log joint with the data as the model saw them concretely
-    and with the data traced. The concrete data become the jaxpr's constants ``consts`` and are
-    passed as arguments, not embedded, so the program does not depend on their values and the
-    persistent cache serves it for new data of the same shapes (embedded, a first fit on new data
-    compiled it: ~1 s for eight schools)."""
-    from numpyro import handlers
-    from numpyro.infer import init_to_uniform
-    from numpyro.infer.util import log_density
-
-    sp = split(args, kwargs)
-
-    def draw():  # compiled, not eager: op-by-op dispatch compiles every primitive anew
-        seeded = handlers.seed(model, rng_seed=0)
-        try:
-            trace = handlers.trace(seeded).get_trace(*args, **kwargs)
-        except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
-            sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
-            trace = handlers.trace(sub).get_trace(*args, **kwargs)
-        return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-
-    def with_constants():  # the model sees its concrete data: a draw and its log joint
-        p = draw()
-        return p, log_density(model, args, kwargs, p)[0]
-
-    closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
-    out_tree = jax.tree.structure(shapes)
-
-    def both(consts, arrays):  # one program: the constants version, then the traced one
-        p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, consts))
-        a, kw = sp.rebuild(arrays)
-        return lp_const, log_density(model, a, kw, p)[0]
-
-    return jax.jit(both), list(closed.consts), sp.arrays
-
-
-def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):
-    """``compute()`` once per structure, for facts that depend only on it (site names)."""
-    sp = split(args, kwargs)
-    key = None if sp.key is None else (tag, model, sp.key)
-    try:
-        if key is not None and key in _CACHE:
-            return _CACHE[key]
-    except TypeError:
-        key = None
-    value = compute()
-    if key is not None:
-        _CACHE[key] = value
-    return value
 
 
 def clear() -> None:

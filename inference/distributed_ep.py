@@ -25,7 +25,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.primitives import Messenger
 
-from inference import _model, _options
+from inference import _model, _options, compiled
 from inference.ep.driver import gaussian_fit
 from inference.posterior import Posterior
 
@@ -109,6 +109,7 @@ def _tilted_moments(post, engine, name):
     return draws.mean(axis=0), np.cov(draws.T).reshape(draws.shape[1], draws.shape[1])
 
 
+@compiled.scoped
 def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", damping: float = 0.5,
                    tol: float | None = None, max_iter: int = 50, num_samples: int = 1000, seed: int = 0,
                    local_options: dict | None = None, progress: bool | None = None,

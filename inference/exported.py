@@ -12,11 +12,9 @@ The file's name hashes everything the program depends on:
 
 - the engine step and its options, the structure of the data (tree, shapes, dtypes, other leaves)
   and the shapes of the step's other arguments;
-- the model, by a `fingerprint` of what it computes: the jaxpr of one trace of it with the data
-  traced (each site's value, log density, scale, mask and bijection to unconstrained space), that
-  jaxpr's constants, and each site's name, distribution type, support and ``infer`` settings. So
-  an edit of the model's code, a helper or a global it reads changes the name, and its source
-  files are not needed;
+- the model, by its `inference.compiled.fingerprint`: the jaxpr of one trace of it with the data
+  traced, that jaxpr's constants and a table of its sites. So an edit of the model's code, a
+  helper or a global it reads changes the name, and its source files are not needed;
 - the files of this package, the versions of jax, jaxlib, numpyro and optax, and the platform,
   device kind and number of devices.
 
@@ -48,7 +46,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 
 import jax
 import numpy as np
@@ -56,75 +53,23 @@ import numpy as np
 from inference import compiled
 
 PREFIX = "probmodels-program-"
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]{6,}")
+_ADDRESS = compiled._ADDRESS
 _NOT_KEPT = object()  # an empty file: this program cannot be exported
 _FLAT: list = []  # the in-process programs of each `flat` function (emptied by `clear`)
 
 
 def fingerprint(model, args: tuple, kwargs: dict) -> str | None:
-    """A digest of what ``model`` computes on data of this structure (``None``: not available, e.g.
-    the model cannot be traced with its data as arguments). Once per structure in a process."""
-
-    def compute():
-        try:
-            return _fingerprint(model, args, kwargs)
-        except Exception:  # noqa: BLE001 - no fingerprint only means: the program is not kept
-            return None
-
-    return compiled.memo("fingerprint", model, args, kwargs, compute)
-
-
-def _fingerprint(model, args, kwargs) -> str | None:
-    import jax.numpy as jnp
-    from numpyro import handlers
-    from numpyro.distributions.transforms import biject_to
-    from numpyro.infer import init_to_uniform
-
-    sp = compiled.split(args, kwargs)
-    table = []
-
-    def run(arrays):
-        a, kw = sp.rebuild(arrays)
-        seeded = handlers.seed(model, rng_seed=0)
-        try:
-            trace = handlers.trace(seeded).get_trace(*a, **kw)
-        except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
-            trace = handlers.trace(handlers.substitute(seeded, substitute_fn=init_to_uniform)).get_trace(*a, **kw)
-        table.clear()
-        out = []
-        for name, site in trace.items():
-            fn = site.get("fn")
-            table.append((name, site["type"], type(fn).__qualname__, repr(getattr(fn, "support", None)),
-                          site.get("is_observed"), repr(site.get("infer"))))
-            if site["type"] == "sample":
-                value = site["value"]
-                parts = [value, fn.log_prob(value), jnp.asarray(1.0 if site.get("scale") is None else site["scale"]),
-                         jnp.asarray(True if site.get("mask") is None else site["mask"])]
-                if not site["is_observed"] and not getattr(fn.support, "is_discrete", False):
-                    bijection = biject_to(fn.support)  # traced only: the values are meaningless
-                    parts += [bijection(value), bijection.log_abs_det_jacobian(value, bijection(value))]
-                out.append(parts)
-            elif site["type"] in ("deterministic", "param"):
-                out.append(site["value"])
-        return out
-
-    closed = jax.make_jaxpr(run)(sp.arrays)
-    consts = [np.asarray(c) for c in closed.consts]
-    if sum(c.nbytes for c in consts) > compiled.MAX_HASHED_BYTES:
-        return None
-    text = str(closed.jaxpr) + repr(table)
-    if _ADDRESS.search(text):  # a repr with an object address: never the same in another process
-        return None
-    h = hashlib.sha256(text.encode())
-    h.update(compiled._digest(enumerate(consts)).encode())
-    return h.hexdigest()
+    """`inference.compiled.fingerprint`'s portable digest of what ``model`` computes (``None``:
+    not available, or not reproducible in another process)."""
+    fp = compiled.fingerprint(model, args, kwargs)
+    return None if fp is None else fp.portable
 
 
 def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tuple) -> str | None:
     """The file for the program of engine step ``tag`` with ``options`` on this model and
     structure, called with the further arguments ``extra`` (their shapes enter the name), or
     ``None`` when it is not kept (cache off, or a name another process would not reproduce)."""
-    if not compiled._verdict_dir():
+    if not compiled.cache_dir():
         return None
     sp = compiled.split(args, kwargs)
     if sp.key is None or not compiled._simple(options):
@@ -163,7 +108,7 @@ def _file(what: tuple) -> str | None:
     import numpyro
     import optax
 
-    directory = compiled._verdict_dir()
+    directory = compiled.cache_dir()
     if not directory:
         return None
     devices = jax.local_devices()

@@ -55,6 +55,7 @@ class MapState(NamedTuple):
     iteration: jax.Array
 
 
+@compiled.scoped
 def laplace(
     model,
     *args,

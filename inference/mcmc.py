@@ -23,11 +23,12 @@ import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_uniform
 
-from inference import _model, _options, _special
+from inference import _model, _options, _special, compiled
 from inference.chains import run_nuts
 from inference.posterior import Posterior
 
 
+@compiled.scoped
 def mcmc(
     model,
     *args,

@@ -44,6 +44,7 @@ GUIDES = {
 LR_LEVELS = (1.0, 0.1, 0.01)
 
 
+@compiled.scoped
 def vi(
     model,
     *args,

@@ -144,6 +144,10 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    if args.command in ("demo", "fit"):  # the command line opts in to the persistent cache
+        from inference import cache
+
+        cache.enable()
     if args.command == "demo":
         from probmodels import demo
 

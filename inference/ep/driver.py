@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options, _special, exported
+from inference import _options, _special, compiled, exported
 from inference._model import finish_samples, log_joint, observed_sites, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
@@ -43,6 +43,7 @@ _evidence = exported.flat(log_evidence, "ep-evidence", (), _PAIR)
 _to_latent = exported.flat(to_latent, "ep-to-latent", (), _PAIR)
 
 
+@compiled.scoped
 def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
        max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
        covariance: str | None = None, model_kwargs: dict | None = None, **model_kw) -> Posterior:

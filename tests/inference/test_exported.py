@@ -62,7 +62,7 @@ def _count_exports(monkeypatch, cache=None) -> list:
     real = jax.export.export
     monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
     if cache is not None:
-        monkeypatch.setattr(compiled, "_verdict_dir", lambda: str(cache))
+        monkeypatch.setattr(compiled, "cache_dir", lambda: str(cache))
     return exports
 
 
@@ -119,7 +119,7 @@ sys.path.insert(0, sys.argv[2])
 import inference
 from inference import compiled
 if sys.argv[1] != "-":
-    compiled._verdict_dir = lambda: sys.argv[1]
+    compiled.cache_dir = lambda: sys.argv[1]
 exports = []
 real = jax.export.export
 jax.export.export = lambda *a, **k: exports.append(1) or real(*a, **k)
