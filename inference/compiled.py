@@ -340,18 +340,15 @@ def check_program(model, args: tuple, kwargs: dict):
 
     sp = split(args, kwargs)
 
-    def draw():
+    def with_constants():  # the model sees its concrete data: a draw and its log joint, one trace
         seeded = handlers.seed(model, rng_seed=0)
         try:
             trace = handlers.trace(seeded).get_trace(*args, **kwargs)
         except NotImplementedError:  # a site that cannot be sampled (ImproperUniform)
             sub = handlers.substitute(seeded, substitute_fn=init_to_uniform)
             trace = handlers.trace(sub).get_trace(*args, **kwargs)
-        return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-
-    def with_constants():  # the model sees its concrete data: a draw and its log joint
-        p = draw()
-        return p, log_density(model, args, kwargs, p)[0]
+        p = {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+        return p, _log_joint(trace)
 
     closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
     out_tree = jax.tree.structure(shapes)
@@ -370,6 +367,19 @@ def check_program(model, args: tuple, kwargs: dict):
     except TypeError:  # an unhashable key: not kept
         fn = jax.jit(both)
     return fn, consts, sp.arrays
+
+
+def _log_joint(trace):
+    """The log joint of a trace's sample sites, as `numpyro.infer.util.log_density` sums it."""
+    import jax.numpy as jnp
+
+    total = 0.0
+    for site in trace.values():
+        if site["type"] == "sample":
+            inter = site["intermediates"]
+            lp = site["fn"].log_prob(site["value"], inter) if inter else site["fn"].log_prob(site["value"])
+            total = total + (lp if site["scale"] is None else site["scale"] * lp).sum()
+    return jnp.asarray(total)
 
 
 def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):
