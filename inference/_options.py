@@ -57,6 +57,25 @@ def progress(value) -> bool:
     return bool(value)
 
 
+def is_default(value, default) -> bool:
+    if value is default:
+        return True
+    try:
+        return type(value) is type(default) and bool(value == default)
+    except (TypeError, ValueError):  # arrays, objects without a boolean ==
+        return False
+
+
+def unsupported(path: str, **options) -> None:
+    """Refuse options that ``path`` (an engine's dedicated path) cannot honour: each keyword is
+    ``name=(value, default)``; the first whose value is not its default raises ValueError naming
+    it. Defaults pass, so the same call works on every path."""
+    for name, (value, default) in options.items():
+        if not is_default(value, default):
+            raise ValueError(f"{name}={value!r}: {path} cannot honour this option; leave it at its "
+                             f"default ({default!r})")
+
+
 def model_kwargs(kwargs: dict, extra) -> dict:
     if extra is None:
         return dict(kwargs)

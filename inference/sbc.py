@@ -211,11 +211,9 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
     conditioned = _conditioned(model)
     rng = np.random.default_rng(seed)
     ranks, inside, labels, failures = [], [], None, 0
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
+    from inference.progress import Bar
 
-        bar = tqdm(total=num_replicates, desc=f"SBC {name}")
+    bar = Bar(show, num_replicates, f"SBC {name}")
     for r in range(num_replicates):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), r)
         sim = handlers.trace(handlers.seed(simulate, key)).get_trace(*args, **kwargs)

@@ -37,6 +37,8 @@ import numpy as np
 from jax import lax, random
 from jax.scipy.special import log_ndtr, ndtri
 
+from inference import progress as progress_bar
+
 
 class GibbsData(NamedTuple):
     """Arrays the sampler needs. ``X`` is (m, d): m = n, or min(n, d) after QR reduction."""
@@ -245,9 +247,11 @@ def run_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, n
     return jax.vmap(chain)(keys, states)
 
 
-@partial(jax.jit, static_argnames=("config", "num_warmup", "num_samples"))
-def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, num_warmup: int, num_samples: int):
-    """Warmup then sampling for every chain in one compiled program (no progress bar).
+@partial(jax.jit, static_argnames=("config", "num_warmup", "num_samples", "progress"))
+def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, num_warmup: int, num_samples: int,
+                  progress: bool = False):
+    """Warmup then sampling for every chain in one compiled program; with ``progress`` a host
+    callback advances the running bar (`inference.progress`), the draws unchanged.
 
     One loop over all scans writes draw ``i - num_warmup`` into preallocated buffers (warmup
     scans overwrite slot 0), so the step is compiled once and memory holds only the kept draws."""
@@ -260,6 +264,8 @@ def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig
         def body(carry, inp):
             state, bufs = carry
             i, key = inp
+            if progress:
+                progress_bar.every(i, num_warmup + num_samples)
             state, info = step(key, state, data, config)
             slot = jnp.maximum(i - num_warmup, 0)
             new = (state.z.astype(jnp.int8), state.w, state.precision, info.num_flips)
