@@ -45,7 +45,7 @@ from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import betaln, digamma, gammaln, logsumexp, multigammaln
 from numpyro.infer.util import log_density
 
-from inference import _model
+from inference import _model, convergence
 from inference.posterior import Posterior
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -519,7 +519,7 @@ def posterior(model, args, kwargs, X, prior: MixturePrior, num_components: int, 
     iters = int(state.iteration)
     log_w = lp - lq
     diagnostics = {
-        "converged": bool(res.converged), "method": "cavi", "elbo": float(res.elbo),
+        "converged": convergence.vi(bool(res.converged), float(res.elbo)), "method": "cavi", "elbo": float(res.elbo),
         "elbo_trace": np.asarray(res.elbo_trace)[:iters], "iterations": iters, "num_restarts": num_restarts,
         "restart_elbos": np.asarray(res.restart_elbos), "covariance": structure.covariance,
         "weights": structure.weights, "learn_concentration": structure.learn_concentration,

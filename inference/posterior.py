@@ -41,7 +41,9 @@ class Posterior:
         log_evidence: log marginal likelihood, or ``None`` where the engine gives none.
         evidence_method: how ``log_evidence`` was obtained (``"exact"``, ``"ep"``, ``"laplace"``,
             ``"elbo"`` (a lower bound), ...), or ``None``.
-        diagnostics: plain-Python dict; ``converged`` (bool) always present.
+        diagnostics: plain-Python dict; ``converged`` (bool) always present, ``False`` unless the
+            engine says so (README.md, "What `converged` means": one rule per engine, in
+            `inference.convergence`).
         approximation: the approximation's parameters (e.g. ``loc``/``cov`` in unconstrained
             space, EP site parameters), so ``log q`` can be recomputed.
         predictions: posterior predictive draws filled by :meth:`predict`.
@@ -68,7 +70,7 @@ class Posterior:
     sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
     log_evidence: float | None = None
     evidence_method: str | None = None
-    diagnostics: dict[str, Any] = field(default_factory=lambda: {"converged": True})
+    diagnostics: dict[str, Any] = field(default_factory=lambda: {"converged": False})
     approximation: dict[str, np.ndarray] = field(default_factory=dict)
     predictions: dict[str, np.ndarray] = field(default_factory=dict)
     predictor: Callable | None = field(default=None, repr=False)
@@ -90,7 +92,7 @@ class Posterior:
         for name in ("samples", "log_likelihood", "observed_data", "sample_stats", "approximation"):
             object.__setattr__(self, name, cast(getattr(self, name)))
         diag = dict(self.diagnostics)
-        diag.setdefault("converged", True)
+        diag["converged"] = bool(diag.get("converged", False))  # never assumed: an engine must say so
         object.__setattr__(self, "diagnostics", diag)
         if self.log_evidence is not None:
             object.__setattr__(self, "log_evidence", float(self.log_evidence))

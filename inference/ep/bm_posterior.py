@@ -39,7 +39,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 
-from inference import _model
+from inference import _model, convergence
 from inference._special import _base
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -183,7 +183,8 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
     lp = _model.log_joint(model, flat, args, kwargs)
     samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, k_fin, 1)
     diagnostics = {
-        "converged": bool(res.converged), "iterations": int(res.num_iter),
+        "converged": convergence.ep(float(res.max_change), tol, float(res.log_evidence)) and bool(res.converged),
+        "iterations": int(res.num_iter),
         "max_site_change": float(res.max_change), "num_skipped_updates": int(res.num_skipped),
         "num_clipped_sites": int(res.num_clipped), "schedule": schedule, "damping": float(res.damping),
         "jitter": float(res.jitter), "algorithm": "bayes-machine-ep", "learn_noise": parts.learn_noise,

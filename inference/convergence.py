@@ -1,0 +1,143 @@
+"""What ``diagnostics["converged"]`` means: one rule per engine kind, defined here and nowhere else.
+
+``converged`` is a promise that the answer is what the engine was asked to compute: ``False``
+whenever it may not be, and never ``True`` on a NaN or inf anywhere (README.md, "What `converged`
+means", has the table).
+
+- **MCMC** (`mcmc`): Vehtari, Gelman, Simpson, Carpenter & Buerkner (2021), "Rank-normalization,
+  folding, and localization": the rank-normalised split R-hat (the larger of the bulk and the
+  folded, tail, R-hat) below 1.01 for every varying coordinate, the bulk ESS (rank-normalised,
+  split chains) at least 100 per chain (so 400 for 4 chains, 100 for one chain, whose halves are
+  compared), and no divergent transition. A coordinate constant over every draw of every chain is
+  genuinely constant and carries no information: it is skipped. A coordinate that varies but is
+  constant within a (split) chain has R-hat infinity (chains stuck apart), never NaN. If nothing
+  varies at all, or there are fewer than 4 draws per chain, nothing shows mixing: ``False``.
+- **VI** (`vi`): the ELBO plateau (or the coordinate-ascent fixed point) was reached before the
+  step cap, and the ELBO is finite.
+- **Laplace** (`laplace`): at the returned mode the potential and the gradient are finite, the
+  Hessian is positive definite, and either the gradient norm is at most ``tol * max(1, |U|)`` or
+  the Newton decrement ``g' H^-1 g / 2`` (the log density still to gain) is at the working
+  precision of ``U``, ``10 eps max(1, |U|)`` (``eps`` of the dtype: the same meaning in float32
+  and float64).
+- **EP** (`ep`): the largest site change fell to ``tol`` before ``max_iter``, and the log evidence
+  (where the engine computes one) is finite.
+
+Example:
+    >>> import numpy as np
+    >>> from inference import convergence
+    >>> rng = np.random.default_rng(0)
+    >>> convergence.mcmc({"x": rng.normal(size=(4, 500))})["converged"]
+    True
+    >>> stuck = np.repeat(np.array([0.0, 1.0, 0.0, 1.0])[:, None], 500, axis=1)  # chains stuck apart
+    >>> d = convergence.mcmc({"x": stuck}); d["converged"], d["max_rhat"]
+    (False, inf)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RHAT_MAX = 1.01
+ESS_PER_CHAIN = 100
+MIN_DRAWS = 4
+
+
+def _finite(*values) -> bool:
+    return all(v is not None and bool(np.all(np.isfinite(np.asarray(v, float)))) for v in values)
+
+
+def _z_scale(x):
+    """Rank-normalise over all chains and draws (axis 0 and 1 of ``(chain, draw, k)``), ties averaged."""
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    c, n, k = x.shape
+    r = rankdata(x.reshape(c * n, k), axis=0)
+    return ndtri((r - 0.375) / (c * n + 0.25)).reshape(c, n, k)
+
+
+def _split(x):
+    half = x.shape[1] // 2
+    return np.concatenate([x[:, :half], x[:, -half:]], axis=0)
+
+
+def _rhat(x):
+    """R-hat of already split chains ``(chain, draw, k)`` (Gelman et al. BDA3, eq. 11.4)."""
+    n = x.shape[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = x.var(axis=1, ddof=1).mean(axis=0)
+        b = n * x.mean(axis=1).var(axis=0, ddof=1)
+        return np.sqrt(((n - 1) / n * w + b / n) / w)
+
+
+def rhat_ess(samples: dict) -> tuple[float, float]:
+    """``(max R-hat, min bulk ESS)`` over the varying coordinates of ``(chain, draw, ...)`` draws,
+    as defined in the module docstring; ``(nan, nan)`` when no coordinate varies or there are
+    fewer than 4 draws per chain. Integer sites count (as ranks)."""
+    from numpyro.diagnostics import effective_sample_size
+
+    rhats, esss = [], []
+    for value in samples.values():
+        v = np.asarray(value, dtype=float)
+        if v.ndim < 2 or v.shape[1] < MIN_DRAWS:
+            return float("nan"), float("nan")
+        flat = v.reshape(v.shape[:2] + (-1,))
+        varying = ~np.all(flat == flat[:1, :1], axis=(0, 1))
+        flat = flat[..., varying]
+        if flat.shape[-1] == 0:
+            continue  # genuinely constant: no information either way
+        if not np.all(np.isfinite(flat)):
+            return float("inf"), 0.0
+        split = _split(flat)
+        bulk = _rhat(_z_scale(split))
+        tail = _rhat(_z_scale(_split(np.abs(flat - np.median(flat, axis=(0, 1))))))
+        rhat = np.maximum(np.where(np.isnan(bulk), np.inf, bulk), np.where(np.isnan(tail), np.inf, tail))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ess = np.asarray(effective_sample_size(_z_scale(split)), float)
+        ess = np.where(np.isfinite(ess), ess, 0.0)
+        ess = np.where(np.isinf(rhat), 0.0, ess)  # chains that never move within themselves
+        rhats.append(float(np.max(rhat)))
+        esss.append(float(np.min(ess)))
+    if not rhats:
+        return float("nan"), float("nan")
+    return max(rhats), min(esss)
+
+
+def mcmc(samples: dict, diverging=None) -> dict:
+    """MCMC diagnostics of ``(chain, draw, ...)`` draws: ``converged`` (module docstring),
+    ``max_rhat``, ``min_ess`` (bulk) and ``divergences`` (count of ``diverging``)."""
+    num_chains = int(np.shape(next(iter(samples.values())))[0]) if samples else 1
+    max_rhat, min_ess = rhat_ess(samples) if samples else (float("nan"), float("nan"))
+    divergences = int(np.sum(np.asarray(diverging))) if diverging is not None else 0
+    converged = bool(_finite(max_rhat, min_ess) and max_rhat < RHAT_MAX
+                     and min_ess >= ESS_PER_CHAIN * num_chains and divergences == 0)
+    return {"converged": converged, "max_rhat": max_rhat, "min_ess": min_ess, "divergences": divergences}
+
+
+def vi(plateau: bool, elbo) -> bool:
+    """VI: the ELBO plateau (or fixed point) reached before the step cap, with a finite ELBO."""
+    return bool(plateau) and _finite(elbo)
+
+
+def laplace(grad_norm, value, tol, *, hessian_pd: bool, decrement=None, dtype=np.float64) -> bool:
+    """Laplace: finite ``U`` and gradient, positive-definite Hessian, and the gradient norm at most
+    ``tol * max(1, |U|)`` or the Newton ``decrement`` (``g' H^-1 g / 2``) at most
+    ``10 eps max(1, |U|)``."""
+    if not (hessian_pd and _finite(grad_norm, value)):
+        return False
+    scale = max(1.0, abs(float(value)))
+    if float(grad_norm) <= tol * scale:
+        return True
+    eps = float(np.finfo(dtype).eps)
+    return decrement is not None and _finite(decrement) and float(decrement) <= 10 * eps * scale
+
+
+NO_EVIDENCE = object()  # `ep`'s default: the engine computes no log evidence
+
+
+def ep(max_change, tol, log_evidence=NO_EVIDENCE) -> bool:
+    """EP: the largest site change (every one, if an array) at most ``tol``, reached before
+    ``max_iter``, and ``log_evidence`` finite where the engine computes one (``None`` there: it is
+    undefined, so not converged)."""
+    changes_ok = _finite(max_change) and bool(np.all(np.asarray(max_change) <= tol))
+    return changes_ok and (log_evidence is NO_EVIDENCE or _finite(log_evidence))
