@@ -16,6 +16,10 @@ VB for LDA has poor local optima (two topics merged, one split): topics start fr
 picked by greedy k-means++, and by default three starts run a few passes each and the one with the
 highest ELBO goes on.
 
+Everything runs in the working dtype (float32 unless x64 is on): ``exp E[log topics]`` and
+``exp E[log theta]`` are scaled in log space (per word, per document) before any division, and
+posterior draws are clipped into the open simplex of that dtype, so nothing underflows to 0/0.
+
 - ``"stochastic"``: stochastic VI on the model itself (:func:`stochastic_vi`): mini-batches of
   documents through the model's subsampling plate, a Dirichlet mean-field guide, Optax Adam.
 
@@ -113,12 +117,30 @@ def expected_log(*concentrations):
     return out[0] if len(out) == 1 else out
 
 
-def _entry_weights(weights, words):
-    """Per-entry topic weights (N, K) with each word's column scaled so its largest weight is 1
-    (the fixed point and the statistics do not change, and nothing underflows), and the log of
-    each word's scale (V,)."""
-    top = jnp.max(weights, axis=0)
-    return (weights / top).T[words], jnp.log(top)
+def _scaled(log_weights):
+    """``exp(log_weights)`` (K, V) with each word's column scaled so its largest entry is 1, and
+    the log of each column's scale (V,). Done in log space: ``exp E[log topics]`` of a rare word
+    (``digamma(eta) - digamma(row sum)``, about -110 for eta = 0.01) underflows to 0 in every
+    topic in float32, and dividing by that column's 0 maximum gave NaN. The fixed point and the
+    statistics do not change under the scaling."""
+    top = jnp.max(log_weights, axis=0)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)  # a word with weight 0 in every topic (fixed topics)
+    return jnp.exp(log_weights - top), top
+
+
+def _doc_scaled(el_gamma):
+    """``exp E[log theta_d]`` scaled so each document's largest entry is 1, and the log scales
+    (D,): the per-document fixed point and statistics are invariant to that scale, and a
+    document's ``exp E[log theta]`` cannot underflow as a whole (small alpha, float32)."""
+    shift = jnp.max(el_gamma, axis=-1)
+    return jnp.exp(el_gamma - shift[..., None]), shift
+
+
+def _entry_weights(log_weights, words):
+    """Per-entry topic weights (N, K), scaled as :func:`_scaled`, and the log of each word's
+    scale (V,)."""
+    scaled, top = _scaled(log_weights)
+    return scaled.T[words], top
 
 
 def _ratio(data, et, wn):
@@ -133,7 +155,7 @@ def _iterate(update, gamma, alpha, tol, max_iter):
 
     def body(carry):
         g, it, _ = carry
-        et = jnp.exp(expected_log(g))
+        et = _doc_scaled(expected_log(g))[0]
         new = alpha + et * update(et)
         return new, it + 1, jnp.max(jnp.mean(jnp.abs(new - g), -1))
 
@@ -153,11 +175,11 @@ def _fixed_point(data, gamma, wn, alpha, tol, max_iter):
     return _iterate(update, gamma, alpha, tol, max_iter)
 
 
-def _dense_weights(weights, words):
-    """:func:`_entry_weights` for the dense layout: (B, K, L) from ``words`` (B, L) (K before L:
-    the contractions below run faster with the long axis last)."""
-    top = jnp.max(weights, axis=0)
-    return jnp.moveaxis((weights / top)[:, words], 0, 1), jnp.log(top)
+def _dense_weights(scaled, words):
+    """:func:`_entry_weights` for the dense layout: (B, K, L) from ``words`` (B, L) and the scaled
+    weights of :func:`_scaled` (K before L: the contractions below run faster with the long axis
+    last)."""
+    return jnp.moveaxis(scaled[:, words], 0, 1)
 
 
 def _fixed_point_dense(count, wn, gamma, alpha, tol, max_iter):
@@ -190,13 +212,13 @@ def _contract(count, wn, et):
 def _statistics_dense(count, words, el_gamma, wn, log_top, vocab_size):
     """:func:`_statistics` on the grouped dense layout of :func:`_fixed_point_dense` (``words``
     a list of (B_g, L_g))."""
-    et_all = jnp.exp(el_gamma)
+    et_all, shift_all = _doc_scaled(el_gamma)
     counts, total = 0.0, 0.0
-    for c, w, wd, et in zip(count, words, wn, _split(et_all, count)):
+    for c, w, wd, et, shift in zip(count, words, wn, _split(et_all, count), _split(shift_all, count)):
         norm = _norm(wd, et)
         contrib = (c / norm)[..., None] * et[:, None, :]
         counts = counts + jax.ops.segment_sum(contrib.reshape(-1, et.shape[-1]), w.ravel(), vocab_size).T
-        total = total + jnp.sum(jnp.where(c > 0, c * (jnp.log(norm) + log_top[w]), 0.0))
+        total = total + jnp.sum(jnp.where(c > 0, c * (jnp.log(norm) + log_top[w] + shift[:, None]), 0.0))
     return counts, total
 
 
@@ -214,24 +236,25 @@ def e_step(data: Triplets, gamma, weights, alpha, tol, max_iter):
     (``E[theta] = exp E log theta``) to a fixed point: at most ``max_iter`` sweeps, stopping when
     no document's mean absolute change exceeds ``tol``. ``weights`` (K, V) are
     ``exp E[log topics]`` (VB) or fixed topic probabilities (folding in held-out documents)."""
-    return _fixed_point(data, gamma, _entry_weights(weights, data.word)[0], alpha, tol, max_iter)
+    return _fixed_point(data, gamma, _entry_weights(jnp.log(weights), data.word)[0], alpha, tol, max_iter)
 
 
 def _statistics(data, el_gamma, wn, log_top, vocab_size):
     """Expected word counts per topic (K, V) in the scaled weights (multiply by the weights) and
     the ELBO's word part ``sum c log sum_k exp(E log theta + E log topics)``, sharing one pass."""
-    et = jnp.exp(el_gamma)
+    et, shift = _doc_scaled(el_gamma)
     ratio, norm = _ratio(data, et, wn)
     counts = jax.ops.segment_sum(ratio[:, None] * et[data.doc], data.word, vocab_size).T
-    words = jnp.sum(jnp.where(data.count > 0, data.count * (jnp.log(norm) + log_top[data.word]), 0.0))
+    log_norm = jnp.log(norm) + log_top[data.word] + shift[data.doc]
+    words = jnp.sum(jnp.where(data.count > 0, data.count * log_norm, 0.0))
     return counts, words
 
 
 def sufficient_statistics(data: Triplets, el_gamma, weights):
     """Expected word counts per topic, ``sum_d c_dw phi_dwk`` as a (K, V) array."""
-    wn, log_top = _entry_weights(weights, data.word)
-    counts, _ = _statistics(data, el_gamma, wn, log_top, weights.shape[1])
-    return counts * weights / jnp.exp(log_top)
+    scaled, log_top = _scaled(jnp.log(weights))
+    counts, _ = _statistics(data, el_gamma, scaled.T[data.word], log_top, weights.shape[1])
+    return counts * scaled
 
 
 def word_bound(data: Triplets, el_gamma, el_lam):
@@ -262,17 +285,17 @@ def elbo(data: Triplets, gamma, lam, alpha, eta):
 def batch_update(state: VBState, data: Triplets, alpha, eta, e_tol, e_max_iter, dense=None):
     """One coordinate-ascent sweep: E-step for every document, then ``lam = eta + counts``.
     ``dense``: the corpus also in the layout of :func:`_dense_corpus`, for a faster E-step."""
-    weights = jnp.exp(expected_log(state.lam))
-    wn, log_top = _entry_weights(weights, data.word)
+    scaled, log_top = _scaled(expected_log(state.lam))
+    wn = scaled.T[data.word]
     if dense is None:
         gamma, info = _fixed_point(data, state.gamma, wn, alpha, e_tol, e_max_iter)
     else:
         order, words, counts = dense
-        gamma, info = _fixed_point_dense(counts, [_dense_weights(weights, w)[0] for w in words], state.gamma[order],
+        gamma, info = _fixed_point_dense(counts, [_dense_weights(scaled, w) for w in words], state.gamma[order],
                                          alpha, e_tol, e_max_iter)
         gamma = jnp.zeros_like(gamma).at[order].set(gamma, unique_indices=True)
-    counts, _ = _statistics(data, expected_log(gamma), wn, log_top, weights.shape[1])
-    lam = eta + counts * weights / jnp.exp(log_top)
+    counts, _ = _statistics(data, expected_log(gamma), wn, log_top, scaled.shape[1])
+    lam = eta + counts * scaled
     return VBState(lam, gamma, state.step + 1), UpdateInfo(elbo(data, gamma, lam, alpha, eta), info.iterations)
 
 
@@ -287,8 +310,8 @@ def online_update(state: VBState, batch: MiniBatch, alpha, eta, tau0, kappa, e_t
     slots = batch.docs.shape[0]
     layout = layout or ((slots, batch.data.count.shape[0] // slots),)
     word, count = (_grouped(a, layout) for a in (batch.data.word, batch.data.count))
-    weights = jnp.exp(expected_log(state.lam))
-    wn, log_top = [_dense_weights(weights, w)[0] for w in word], jnp.log(jnp.max(weights, axis=0))
+    scaled, log_top = _scaled(expected_log(state.lam))
+    wn = [_dense_weights(scaled, w) for w in word]
     gamma, info = _fixed_point_dense(count, wn, start, alpha, e_tol, e_max_iter)
     gamma = jnp.where(valid[:, None], gamma, alpha)
     el_gamma = expected_log(gamma)
@@ -297,7 +320,7 @@ def online_update(state: VBState, batch: MiniBatch, alpha, eta, tau0, kappa, e_t
     scale = num_docs / jnp.maximum(jnp.sum(valid), 1)
     estimate = scale * (words + jnp.sum(jnp.where(valid, docs, 0.0)))
     rho = (tau0 + state.step) ** (-kappa)
-    lam = (1.0 - rho) * state.lam + rho * (eta + scale * counts * weights / jnp.exp(log_top))
+    lam = (1.0 - rho) * state.lam + rho * (eta + scale * counts * scaled)
     new = VBState(lam, state.gamma.at[batch.docs].set(gamma, mode="drop"), state.step + 1)
     return new, UpdateInfo(estimate, info.iterations)
 
@@ -353,8 +376,8 @@ def _final_e_step(state, data, dense, alpha, eta, e_tol, e_max_iter):
     """Every document's ``gamma`` at the final topics (:func:`e_step` on the grouped dense layout
     ``dense = (order, words, counts)`` of :func:`_dense_corpus`) and the exact ELBO there."""
     order, words, counts = dense
-    weights = jnp.exp(expected_log(state.lam))
-    wn = [_dense_weights(weights, w)[0] for w in words]
+    scaled, _ = _scaled(expected_log(state.lam))
+    wn = [_dense_weights(scaled, w) for w in words]
     gamma, _ = _fixed_point_dense(counts, wn, state.gamma[order], alpha, e_tol, e_max_iter)
     gamma = jnp.zeros_like(gamma).at[order].set(gamma, unique_indices=True)
     return gamma, elbo(data, gamma, state.lam, alpha, eta)
@@ -581,8 +604,9 @@ def lda_problem(trace):
     for name, site in trace.items():
         size, sub = (tuple(site["args"]) + (None, None))[:2] if site["type"] == "plate" else (None, None)
         if sub is not None and size is not None and sub < size:
-            raise ValueError(f"plate {name!r} subsamples ({sub} of {size}); the LDA VB methods draw their own "
-                             "mini-batches: leave the model's batch_size unset")
+            raise ValueError(f"plate {name!r} subsamples ({sub} of {size}); the LDA VB methods (the default "
+                             "'online', and 'batch') draw their own mini-batches: leave the model's batch_size "
+                             "unset, or use method='stochastic' for mini-batch SVI")
     latent, observed = _model.latent_sites(trace), _model.observed_sites(trace)
     if sorted(latent) != ["theta", "topics"] or len(observed) != 1:
         raise ValueError(f"this method needs {need}; got latent sites {latent} and observed sites {list(observed)}")
@@ -640,15 +664,19 @@ def _posterior_from_q(model, args, kwargs, trace, gamma, lam, diagnostics, num_s
 
 def _dirichlet(rng, concentration, num_samples):
     """(num_samples, *concentration.shape) Dirichlet draws along the last axis, on the host (no
-    gamma-sampler compile), clipped at the smallest normal float like NumPyro's sampler."""
+    gamma-sampler compile), in the working dtype (float32 unless x64 is on) and clipped at its
+    smallest normal number like NumPyro's sampler: with concentrations near 0.01 most coordinates
+    of a draw lie below 1e-38, which float32 rounds to 0, where the model's Dirichlet log density
+    is infinite. ``log q`` and the model are then evaluated at these same values."""
+    dtype = jnp.result_type(float)
     g = rng.standard_gamma(np.broadcast_to(concentration, (num_samples,) + concentration.shape))
     x = g / np.maximum(g.sum(-1, keepdims=True), np.finfo(float).tiny)
-    return np.clip(x, np.finfo(float).tiny, 1.0)
+    return np.clip(x, np.finfo(dtype).tiny, 1.0).astype(dtype)
 
 
 def _dirichlet_log_pdf(x, concentration):
     log_norm = scipy.special.gammaln(concentration.sum(-1)) - scipy.special.gammaln(concentration).sum(-1)
-    return np.sum((concentration - 1.0) * np.log(x), axis=(-2, -1)) + np.sum(log_norm)
+    return np.sum((concentration - 1.0) * np.log(np.asarray(x, float)), axis=(-2, -1)) + np.sum(log_norm)
 
 
 def _model_densities(model, args, kwargs, draws):
@@ -727,14 +755,18 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
                   check_every=250, default_batch_size=64):
     """``inference.vi(..., method="stochastic")``: stochastic VI with mini-batches of documents, a
     Dirichlet mean-field guide (:func:`dirichlet_guide`) and Optax Adam on the guide's log
-    concentrations (reparameterised Dirichlet draws, NumPyro's ``Trace_ELBO`` on the model with the
-    word topics summed out, so no ``phi``). The mini-batch is the model's ``batch_size`` keyword
+    concentrations: NumPyro's ``TraceMeanField_ELBO`` on the model with the word topics summed out
+    (so no ``phi``), the likelihood from reparameterised Dirichlet draws and the Dirichlet KL terms
+    in closed form. (With the KL terms from draws too, ``Trace_ELBO``, float32 failed: a topic
+    coordinate with concentration near 0.01 lies below float32's smallest normal number, the draw
+    is clipped there, ``log x`` is biased upwards, and the gradient pushed the concentrations to
+    1e-12 and then NaN.) The mini-batch is the model's ``batch_size`` keyword
     (its subsampling document plate; default ``min(64, D)``). Starts from the same k-means++
     topics as the VB methods. The learning rate drops tenfold at each plateau of the mean loss
     over ``check_every`` steps (relative change < ``tol`` or within 2 standard errors), twice, as in
     ``inference.vi``; the Posterior (full corpus, no subsampling) is built from q's parameters."""
     import optax
-    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer import SVI, TraceMeanField_ELBO
     from numpyro.optim import optax_to_numpyro
 
     full_kwargs = {k: v for k, v in kwargs.items() if k != "batch_size"}
@@ -753,7 +785,7 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
     state = init(np.random.default_rng(seed), csr, len(alpha), np.asarray(alpha, float))
     guide = dirichlet_guide(run_trace, np.asarray(state.gamma), np.asarray(state.lam))
     optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate)
-    svi = SVI(model, guide, optax_to_numpyro(optim), Trace_ELBO())
+    svi = SVI(model, guide, optax_to_numpyro(optim), TraceMeanField_ELBO())
     t0 = time.perf_counter()
     svi_state = svi.init(jax.random.PRNGKey(seed), *args, **run_kwargs)
 

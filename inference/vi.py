@@ -56,7 +56,7 @@ def vi(
     num_samples: int = 1000,
     tol: float = 1e-5,
     check_every: int = 500,
-    method: str = "svi",
+    method: str | None = None,
     seed: int = 0,
     progress: bool | None = None,
     model_kwargs: dict | None = None,
@@ -68,7 +68,8 @@ def vi(
     ``guide``: ``"normal"`` (mean-field), ``"mvn"`` (full-rank), ``"lowrank"``, ``"flow"`` (inverse
     autoregressive flow) or any NumPyro guide. ``optimizer``: an Optax transformation (default Adam
     at ``learning_rate`` with plateau reductions). ``method``: ``"svi"``, or a coordinate-ascent
-    scheme a model family offers (listed in ``model.vi_methods``). ``shard_data``: ``True`` (all
+    scheme a model family offers (listed in ``model.vi_methods``); ``None`` (default): the family's
+    ``"default"`` scheme where it lists one (LDA: online VB), else ``"svi"``. ``shard_data``: ``True`` (all
     devices) or a `jax.sharding.Mesh` splits the data rows over devices for the ELBO steps (see
     `inference.sharding`; same result as one device up to summation order).
 
@@ -95,6 +96,9 @@ def vi(
     if isinstance(guide, str) and guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    methods = getattr(model, "vi_methods", {})
+    if method is None:  # a family's own default scheme (LDA: online VB), else autoguide SVI
+        method = "default" if "default" in methods else "svi"
     mesh = sharding.resolve_mesh(shard_data)
     # the sites from one abstract trace (the model's own input checks still raise first); an eager
     # one paid a compilation per operation in a new process
@@ -107,8 +111,7 @@ def vi(
         trace = _model.trace_model(model, args, kwargs, seed)  # these read concrete values
 
     options = dict(steps=steps, num_samples=num_samples, seed=seed, progress=progress, tol=tol)
-    if method != "svi":
-        methods = getattr(model, "vi_methods", {})
+    if method != "svi" or "svi" in methods:  # a family may refuse autoguide SVI (LDA does)
         if method not in methods:
             raise ValueError(f"method must be 'svi' or one of {sorted(methods)} for this model, got {method!r}")
         return methods[method](model, args, kwargs, trace, **options)
