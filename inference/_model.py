@@ -15,16 +15,32 @@ from numpyro.infer import Predictive, init_to_uniform
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
 from inference import compiled
-from inference.latent import recovering
+from inference.latent import recovering, site_init  # noqa: F401 - engines call _model.site_init
 
 
 def init_strategy(model, args, kwargs, seed, default):
     """Where an engine starts: ``model.init_values(args, kwargs, seed)`` when the model offers a
-    starting point (e.g. mixtures: k-means++ / CAVI, between label-switched modes), else ``default``."""
+    starting point, else each site's declared data-driven start (`site_init`), else ``default``."""
     from numpyro.infer import init_to_value
 
     start = getattr(model, "init_values", None)
-    return init_to_value(values=start(args, kwargs, seed)) if callable(start) else default
+    return init_to_value(values=start(args, kwargs, seed)) if callable(start) else site_init(default)
+
+
+def has_site_init(trace) -> bool:
+    """Whether some latent site declares a data-driven start: an engine that keeps a guide or a
+    starting point across calls must not keep this one (it depends on the data)."""
+    return any(s["type"] == "sample" and not s["is_observed"] and "init" in (s.get("infer") or {})
+               for s in trace.values())
+
+
+def start_values(model, args, kwargs, seed: int = 0) -> dict:
+    """The latent sites' values at the start `site_init` gives (a prior draw for a site without a
+    declared start), constrained, by site: what a fit can be compared with (mixture diagnostics)."""
+    strategy = site_init(lambda site: None)  # None: the site samples as usual
+    seeded = handlers.seed(model, rng_seed=seed)  # inside substitute: the strategy sees the site's key
+    tr = handlers.trace(handlers.substitute(seeded, substitute_fn=strategy)).get_trace(*args, **kwargs)
+    return {n: s["value"] for n, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
 
 
 def init_values(model, args, kwargs, seed):

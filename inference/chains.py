@@ -22,7 +22,7 @@ from jax import lax
 from numpyro.infer import NUTS, init_to_uniform, init_to_value
 from numpyro.infer import log_likelihood as _log_likelihood
 
-from inference import compiled
+from inference import _model, compiled
 
 STAT_FIELDS = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
 
@@ -49,7 +49,7 @@ def _build(model, options):
     def build(rebuild):
         def one_chain(arrays, key, init):
             args, kwargs = rebuild(arrays)
-            strategy = init_to_value(values=init) if has_init else init_to_uniform
+            strategy = init_to_value(values=init) if has_init else _model.site_init(init_to_uniform)
             kernel = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                           init_strategy=strategy)
             state = kernel.init(key, num_warmup, None, model_args=args, model_kwargs=kwargs)

@@ -169,7 +169,7 @@ def _initial_point(model, args, kwargs, seed, key) -> dict:
     ~0.35 s). When no valid start is found, NumPyro's eager call raises its own error."""
     init = _model.init_values(model, args, kwargs, seed)
     has_init = init is not None
-    strategy = lambda values: init_to_value(values=values) if has_init else init_to_median(num_samples=15)  # noqa: E731
+    strategy = lambda values: init_to_value(values=values) if has_init else _model.site_init(init_to_median(num_samples=15))  # noqa: E731
 
     def build(rebuild):
         def run(arrays, key, init):

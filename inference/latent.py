@@ -18,12 +18,25 @@ site (so it reaches ArviZ as draws). Example:
     ...     tr = numpyro.handlers.trace(model).get_trace()
     >>> tr["z"]["value"].shape
     (3,)
+
+Such a model's posterior is multimodal, with a saddle where all components (states) coincide; a
+start drawn from the prior can land near it, and a local method stays there (both HMM state means
+at one value, reported converged). So the model also declares where to start: a latent site may
+carry ``infer={"init": Start(fn, label)}``, and every engine (each NUTS chain, the VI guide,
+Laplace's mode search; `site_init` is their strategy) starts that site at ``fn(rng_key)``, the
+constrained value, a JAX function of the data (called inside the engines' compiled programs).
+``rng_key`` differs per chain, so chains differ; `kmeans` with `bootstrap_weights` gives the
+data-driven part, components sorted by their first coordinate, so every chain starts with the
+same labelling and R-hat compares like with like.
 """
 
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 
+import jax
+import jax.numpy as jnp
 import numpyro
 
 _STATE = {"on": False}
@@ -62,3 +75,94 @@ def recovering():
         yield
     finally:
         _STATE["on"] = old
+
+
+# ----------------------------------------------------------------------------- data-driven starts
+class Start:
+    """A site's data-driven start, ``infer={"init": Start(fn, label)}``: ``fn(rng_key)`` is the
+    constrained value. Its repr is ``label`` (not an address, which changes every run), so
+    programs kept per model trace (`inference.compiled`) are reused across fits."""
+
+    def __init__(self, fn, label: str):
+        self.fn, self.label = fn, label
+
+    def __call__(self, rng_key):
+        return self.fn(rng_key)
+
+    def __repr__(self):
+        return f"Start({self.label!r})"
+
+
+@partial(jax.jit, static_argnames=("num_clusters", "num_restarts", "num_iter"))
+def kmeans(rng_key, X, num_clusters: int, weights=None, num_active=None, *, num_restarts: int = 4,
+           num_iter: int = 25):
+    """Centres (K, d) sorted by their first coordinate and hard labels (n,) of weighted k-means
+    on the rows of ``X`` (n, d) with row ``weights`` (n,) >= 0 (0: padding, ignored; a start
+    passes `bootstrap_weights`, so its centres vary from key to key about as much as the posterior
+    does); k-means++ seeding, ``num_iter`` Lloyd steps, best of ``num_restarts`` by weighted
+    within-cluster sum of squares. An empty cluster keeps its seed. ``num_active`` (traced, <= K):
+    only the first that many clusters are used (the others sort last and get no point), so one
+    compiled program serves every number of clusters (e.g. vmapped to choose one).
+
+    >>> import jax, numpy as np
+    >>> X = np.r_[np.full(10, -2.0), np.full(10, 3.0)][:, None]
+    >>> centres, labels = kmeans(jax.random.PRNGKey(0), X, 2)
+    >>> np.asarray(centres[:, 0]).tolist(), np.asarray(labels)[[0, -1]].tolist()
+    ([-2.0, 3.0], [0, 1])
+    """
+    X = jnp.asarray(X, jnp.result_type(float))
+    n, k = X.shape[0], num_clusters
+    w = jnp.ones((n,), X.dtype) if weights is None else jnp.asarray(weights, X.dtype)
+    key_s = rng_key
+    off = jnp.where(jnp.arange(k) < (k if num_active is None else num_active), 0.0, jnp.inf)
+
+    def sq_dist(centres):
+        return jnp.sum((X[:, None, :] - centres[None]) ** 2, -1) + off  # (n, K)
+
+    def one(key):
+        first = X[jax.random.categorical(jax.random.fold_in(key, 0), jnp.log(w))]
+        centres = jnp.broadcast_to(first, (k, X.shape[1]))
+
+        def seed_step(i, centres):  # k-means++: the next seed with probability ~ w d^2
+            d2 = jnp.min(jnp.where(jnp.arange(k) < i, sq_dist(centres), jnp.inf), -1)
+            d2 = jnp.where(jnp.isfinite(d2), d2, 1.0)  # an inactive cluster's seed: any point
+            pick = jax.random.categorical(jax.random.fold_in(key, i), jnp.log(w * d2))
+            return centres.at[i].set(X[pick])
+
+        def lloyd(_, centres):
+            onehot = jax.nn.one_hot(jnp.argmin(sq_dist(centres), -1), k, dtype=X.dtype) * w[:, None]
+            counts = onehot.sum(0)
+            return jnp.where(counts[:, None] > 0, onehot.T @ X / jnp.maximum(counts, 1e-30)[:, None], centres)
+
+        centres = jax.lax.fori_loop(0, num_iter, lloyd, jax.lax.fori_loop(1, k, seed_step, centres))
+        return centres, jnp.sum(w * jnp.min(sq_dist(centres), -1))
+
+    centres, inertia = jax.vmap(one)(jax.random.split(key_s, num_restarts))
+    centres = centres[jnp.argmin(jnp.where(jnp.isfinite(inertia), inertia, jnp.inf))]
+    centres = centres[jnp.argsort(centres[:, 0] + off)]
+    return centres, jnp.argmin(sq_dist(centres), -1)
+
+
+def bootstrap_weights(rng_key, mask):
+    """Bayesian-bootstrap weights (Rubin 1981): Exponential(1) per entry of ``mask``, 0 where it
+    is False. Statistics weighted by them spread about as a posterior does."""
+    mask = jnp.asarray(mask)
+    return jnp.where(mask, jax.random.exponential(rng_key, mask.shape, jnp.result_type(float)), 0.0)
+
+
+def site_init(default):
+    """The init strategy (NumPyro's ``init_loc_fn``) every engine uses: a latent site that
+    declares a data-driven start with ``infer={"init": Start(...)}`` starts there (the module
+    docstring), any other as ``default``. Pass it to a guide you build yourself, e.g.
+    ``AutoNormal(model, init_loc_fn=site_init(init_to_median))``. A ``functools.partial``, as
+    NumPyro's ``initialize_model`` expects."""
+    return partial(_site_init, default=default)
+
+
+def _site_init(site=None, default=None):
+    if site is None:
+        return partial(_site_init, default=default)
+    fn = (site.get("infer") or {}).get("init")
+    if fn is not None and site["type"] == "sample" and not site["is_observed"]:
+        return fn(site["kwargs"]["rng_key"])
+    return default(site)

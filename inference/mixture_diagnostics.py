@@ -207,6 +207,113 @@ def predictive_log_density(post, X_new) -> np.ndarray:
     return logsumexp(ld, axis=0) - math.log(ld.shape[0])
 
 
+# ----------------------------------------------------------------------------- collapse
+COLLAPSE_MARGIN = 10.0  # nats, plus 3 posterior sd of the log likelihood (see `collapse`)
+NEAR = 0.5  # two components are on each other: locations < 0.5 sd apart (TV < 0.05 for probs)
+EMPTY = 0.005  # a component holding < 0.5% of the points (and < 1 point) is empty
+
+
+def component_distances(samples) -> np.ndarray:
+    """Per draw, how far apart components (states) k and l are, (chain, draw, K, K): locations in
+    units of their pooled sd (``locs`` with ``cov`` / ``scales``; Poisson ``rates`` in units of
+    sqrt(rate)), or 10 x the total-variation distance of categorical ``probs`` (so `NEAR` reads
+    the same). Label-invariant per draw."""
+    if "probs" in samples:
+        p = np.asarray(samples["probs"], dtype=float)
+        return 10.0 * 0.5 * np.abs(p[..., :, None, :] - p[..., None, :, :]).sum(-1)
+    if "rates" in samples:
+        r = np.asarray(samples["rates"], dtype=float)
+        return np.abs(r[..., :, None] - r[..., None, :]) / np.sqrt(0.5 * (r[..., :, None] + r[..., None, :]) + 1e-300)
+    locs = np.asarray(samples["locs"], dtype=float)
+    locs = locs[..., None] if locs.ndim == 3 else locs  # HMM: (chain, draw, K) scalar locations
+    diff = locs[..., :, None, :] - locs[..., None, :, :]  # (chain, draw, K, K, d)
+    if "cov" in samples:
+        cov = np.asarray(samples["cov"], dtype=float)
+        pooled = 0.5 * (cov[..., :, None, :, :] + cov[..., None, :, :, :])
+        return np.sqrt(np.einsum("...i,...i->...", diff, np.linalg.solve(pooled, diff[..., None])[..., 0]))
+    scales = np.asarray(samples["scales"], dtype=float)
+    scales = scales[..., None] if scales.ndim == 3 else scales
+    pooled = 0.5 * (scales[..., :, None, :] ** 2 + scales[..., None, :, :] ** 2)
+    return np.sqrt(np.sum(diff**2 / np.maximum(pooled, 1e-300), -1))
+
+
+def _loglik_at_start(post) -> float | None:
+    """Total log likelihood at the model's data-driven start (`inference.latent`), or None when
+    the model declares none."""
+    from inference import _model
+
+    if post.model is None:  # a Posterior built by hand, or loaded from a file
+        return None
+    trace = _model.structure_trace(post.model, post.model_args, post.model_kwargs)
+    if not _model.has_site_init(trace):
+        return None
+    values = _model.start_values(post.model, post.model_args, post.model_kwargs, post.seed or 0)
+    ll = _model.pointwise_log_likelihood(post.model, {k: np.asarray(v)[None] for k, v in values.items()},
+                                         post.model_args, post.model_kwargs)
+    return float(sum(np.sum(v) for v in ll.values()))
+
+
+def collapse(post, margin: float = COLLAPSE_MARGIN) -> dict:
+    """Whether components (mixture) or states (HMM) have collapsed onto each other. A fit is
+    ``flagged`` when the data support more than it found: the posterior mean of the total log
+    likelihood, in some chain, falls short of the log likelihood at the model's data-driven start
+    by more than ``margin`` + 3 posterior sd (a fit stuck where two states share one mean: the
+    issue's HMM lost ~500 nats; a correct fit gains on its start). ``pairs`` lists the components
+    within `NEAR` pooled sd of each other in most draws, ``empty`` those holding fewer than
+    `EMPTY` of the points in most draws (``z`` / ``states`` draws), ``chains`` the chains short
+    of the start, ``loglik_gap`` the largest shortfall (nats)."""
+    s = post.samples
+    dist = component_distances(s)
+    k = dist.shape[-1]
+    empty = []
+    latent = s.get("z", s.get("states"))
+    if latent is not None:
+        latent = np.asarray(latent)
+        counts = component_counts(latent.reshape(latent.shape[:2] + (-1,)), k)
+        points = counts.sum(-1, keepdims=True)
+        small = (counts < np.maximum(EMPTY * points, 1.0)).mean(axis=(0, 1))
+        empty = [int(i) for i in np.flatnonzero(small > 0.5)]
+    near = np.mean(dist < NEAR, axis=(0, 1))  # empty components (a DP's spare ones) pair with nothing
+    pairs = [[int(i), int(j)] for i in range(k) for j in range(i + 1, k)
+             if near[i, j] > 0.5 and i not in empty and j not in empty]
+    out = {"flagged": False, "pairs": pairs, "empty": empty, "chains": [], "loglik_gap": None}
+    start = _loglik_at_start(post)
+    if start is None or not post.log_likelihood:
+        return out
+    ll = sum(np.asarray(v, dtype=float).reshape(np.shape(v)[:2] + (-1,)).sum(-1) for v in post.log_likelihood.values())
+    gap = start - ll.mean(axis=1)  # per chain
+    short = gap > margin + 3.0 * ll.std(axis=1)
+    out.update(flagged=bool(np.any(short) or not np.all(np.isfinite(gap))),
+               chains=[int(c) for c in np.flatnonzero(short)], loglik_gap=float(np.max(gap)))
+    return out
+
+
+def check_collapse(post, warn: bool = True):
+    """``post`` with ``diagnostics["collapsed"]`` (`collapse`); a flagged fit also gets
+    ``converged=False`` and a warning. Idempotent. Applied by every engine to mixtures
+    (`postprocess`) and HMMs (``probmodels.hmm``)."""
+    if "collapsed" in post.diagnostics:
+        return post
+    diagnostics = dict(post.diagnostics)
+    report = collapse(post)
+    diagnostics["collapsed"] = report
+    if report["flagged"]:
+        diagnostics["converged"] = False
+        if warn:
+            what = []
+            if report["pairs"]:
+                what.append(f"components {report['pairs']} have collapsed onto each other")
+            if report["empty"]:
+                what.append(f"components {report['empty']} are empty")
+            gap = report["loglik_gap"]
+            warnings.warn(
+                f"degenerate {post.engine} fit: {'; '.join(what) or 'a degenerate mode'} (chains "
+                f"{report['chains']}), and its log likelihood is {gap:.3g} nats short of the model's "
+                "data-driven start, so the data support more: converged=False. Rerun with another seed "
+                "or more chains", stacklevel=3)
+    return post.replace(diagnostics=diagnostics)
+
+
 # ----------------------------------------------------------------------------- for engines
 def pareto_k(post) -> float | None:
     """Pareto k-hat of the importance weights lp - log_q of an approximate posterior (Yao et al.
@@ -279,6 +386,7 @@ def postprocess(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True)
     (idempotent: a second call returns ``post`` unchanged)."""
     if "mixture" in post.diagnostics:
         return post
+    post = check_collapse(post, warn)
     diagnostics = dict(post.diagnostics)
     diagnostics["mixture"] = summarise(post, truncation_tol, warn)
     dims = dict(post.dims)

@@ -151,7 +151,7 @@ def vi(
     if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
         data = sharding.prepare(model, args, kwargs, trace, mesh)
         progs = build(lambda d: sharding.merge_data(args, kwargs, d))
-    elif callable(getattr(model, "init_values", None)):  # a data-dependent start: not reusable
+    elif callable(getattr(model, "init_values", None)) or _model.has_site_init(trace):  # a data-dependent start: not reusable
         data, progs = [], build(lambda _d: (args, kwargs))
     else:  # kept per model structure and options, the data passed as arguments
         opts = (guide, optimizer, learning_rate, num_particles, check_every, num_samples)

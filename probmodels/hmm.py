@@ -43,11 +43,12 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
 
+from inference import mixture_diagnostics
 from inference.hmm._checks import check_positive_int, is_traced
 from inference.hmm.baum_welch import EMISSIONS, check_obs, emission_log_likelihood
 from inference.hmm.forward_backward import over_batch, sequence_log_likelihood
 from inference.hmm.sampling import sample_pass
-from inference.latent import recovered
+from inference.latent import Start, bootstrap_weights, kmeans, recovered
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -92,7 +93,7 @@ class HiddenMarkov(dist.Distribution):
     @property
     def support(self):
         base = {"gaussian": constraints.real, "poisson": constraints.nonnegative_integer}.get(
-            self.emission, constraints.integer_interval(0, jnp.shape(self.params.get("probs", [[0]]))[-1] - 1))
+            self.emission, constraints.integer_interval(0, np.shape(self.params.get("probs", [[0]]))[-1] - 1))
         return constraints.independent(base, 1)
 
     def _args(self):
@@ -225,6 +226,76 @@ def _summaries(obs, mask):
     return mean, xp.where(sd > 0, sd, 1.0)
 
 
+# ----------------------------------------------------------------------------- start
+START_WINDOW = 10  # categorical emissions: states are clustered by the histogram of +-10 steps
+_TINY = 1e-3
+
+
+@partial(jax.jit, static_argnames=("num_states", "emission", "num_categories"))
+def start(rng_key, obs, mask, num_states, emission, num_categories=None):
+    """A data-driven start (every site but ``obs``): states from `inference.latent.kmeans` of the
+    observed values (for categorical emissions, of each step's local histogram), sorted by
+    location; emission parameters, ``init`` and ``trans`` from those states, counts + 1. Each key
+    gives another bootstrap; no start puts two states on one value (the saddle NUTS can stay on)."""
+    k = num_states
+    dtype = jnp.result_type(float)
+    x = jnp.atleast_2d(jnp.asarray(obs, dtype))
+    m = jnp.broadcast_to(jnp.atleast_2d(jnp.asarray(mask, bool)), x.shape)
+    key_w, key_k = jax.random.split(rng_key)
+    mf = bootstrap_weights(key_w, m)  # every statistic below is bootstrap-weighted
+    if emission == "categorical":
+        onehot = jax.nn.one_hot(x.astype(jnp.int32), num_categories, dtype=dtype) * mf[..., None]
+        pad = jnp.zeros(onehot.shape[:1] + (1,) + onehot.shape[2:], dtype)
+        csum = jnp.cumsum(jnp.concatenate([pad, onehot], 1), 1)  # (B, T + 1, C)
+        t = jnp.arange(x.shape[1])
+        hi, lo = jnp.minimum(t + START_WINDOW + 1, x.shape[1]), jnp.maximum(t - START_WINDOW, 0)
+        hist = csum[:, hi] - csum[:, lo]
+        features = hist / jnp.maximum(hist.sum(-1, keepdims=True), 1.0)
+    else:
+        features = x[..., None]
+    _, z = kmeans(key_k, features.reshape(-1, features.shape[-1]), k, mf.reshape(-1))
+    z = jax.nn.one_hot(z.reshape(x.shape), k, dtype=dtype) * mf[..., None]  # (B, T, K)
+    counts = z.sum((0, 1))
+    pairs = jnp.einsum("bti,btj->ij", z[:, :-1], z[:, 1:])
+    out = {"init": (z[:, 0].sum(0) + 1.0) / (z[:, 0].sum() + k),
+           "trans": (pairs + 1.0) / (pairs.sum(1, keepdims=True) + k)}
+    n = jnp.maximum(counts, _TINY)
+    if emission == "categorical":
+        hits = jnp.einsum("btk,btc->kc", z, jax.nn.one_hot(x.astype(jnp.int32), num_categories, dtype=dtype))
+        hits = hits * m.sum() / jnp.maximum(mf.sum(), _TINY)  # counts on the data's scale
+        out["probs"] = (hits + 1.0) / (hits.sum(1, keepdims=True) + num_categories)
+        return out
+    total = jnp.sum(mf)
+    overall = jnp.sum(mf * x) / total
+    spread = jnp.sqrt(jnp.sum(mf * (x - overall) ** 2) / total)
+    spread = jnp.where(spread > 0, spread, 1.0)
+    means = jnp.where(counts > 0, jnp.einsum("btk,bt->k", z, x) / n, overall)
+    if emission == "poisson":
+        means = jnp.maximum(means, _TINY * jnp.maximum(overall, 1.0))
+    # strictly increasing (the ordered sites' support): a state that k-means left on another's value
+    step = _TINY * spread * (1.0 + jnp.arange(k))
+    means = jnp.sort(means) + step
+    if emission == "poisson":
+        out["rates"] = means
+        return out
+    var = jnp.einsum("btk,btk->k", z, (x[..., None] - means) ** 2) / n
+    out["locs"] = means
+    out["scales"] = jnp.sqrt(jnp.where(counts > 1, jnp.maximum(var, (_TINY * spread) ** 2), spread**2))
+    return out
+
+
+def _start_fn(obs, mask, num_states, emission, num_categories):
+    """``fn(name, rng_key)``: site ``name`` of one `start` per model run (the first site's key)."""
+    memo = {}
+
+    def value(name, rng_key):
+        if "start" not in memo:
+            memo["start"] = start(rng_key, obs, mask, num_states, emission, num_categories)
+        return memo["start"][name]
+
+    return value
+
+
 # ----------------------------------------------------------------------------- model
 def hmm(obs=None, num_states=2, *, emission="gaussian", lengths=None, num_steps=None, ordered=None,
         init_concentration=1.0, trans_concentration=1.0, loc_prior=None, scale_prior=None, rate_prior=None,
@@ -261,30 +332,41 @@ def hmm(obs=None, num_states=2, *, emission="gaussian", lengths=None, num_steps=
     trans_concentration = _positive(trans_concentration, "trans_concentration")
     stats = _summaries(obs, mask)
 
-    init = numpyro.sample("init", dist.Dirichlet(jnp.full((k,), init_concentration, jnp.result_type(float))))
-    trans = numpyro.sample("trans", dist.Dirichlet(jnp.full((k, k), trans_concentration, jnp.result_type(float))))
+    if obs is None:
+        infer = lambda name: {}  # noqa: E731 - nothing to start from
+    else:
+        from_data = _start_fn(obs, mask, k, emission, int(num_categories) if emission == "categorical" else None)
+        infer = lambda name: {"init": Start(partial(from_data, name), f"probmodels.hmm.start {name}")}  # noqa: E731
+    init = numpyro.sample("init", dist.Dirichlet(jnp.full((k,), init_concentration, jnp.result_type(float))),
+                          infer=infer("init"))
+    trans = numpyro.sample("trans", dist.Dirichlet(jnp.full((k, k), trans_concentration, jnp.result_type(float))),
+                           infer=infer("trans"))
 
     def site(name, base):
-        return numpyro.sample(name, OrderedIID(base, k) if ordered else base.expand([k]))
+        return numpyro.sample(name, OrderedIID(base, k) if ordered else base.expand([k]), infer=infer(name))
 
     if emission == "gaussian":
         m, s = _pair(loc_prior, "loc_prior", (0.0, 1.0) if stats is None else (stats[0], 2.0 * stats[1]))
         a, b = _pair(scale_prior, "scale_prior", (2.0, 1.0) if stats is None else (2.0, stats[1] ** 2))
         params = {"locs": site("locs", dist.Normal(m, s))}
         var_prior = dist.TransformedDistribution(dist.InverseGamma(a, b), dist.transforms.PowerTransform(0.5))
-        params["scales"] = numpyro.sample("scales", var_prior.expand([k]))
+        params["scales"] = numpyro.sample("scales", var_prior.expand([k]), infer=infer("scales"))
     elif emission == "poisson":
         a, b = _pair(rate_prior, "rate_prior", (1.0, 1.0) if stats is None else (1.0, 1.0 / jnp.maximum(stats[0], 1e-3)))
         params = {"rates": site("rates", dist.Gamma(a, b))}
     else:
         probs_concentration = _positive(probs_concentration, "probs_concentration")
         c = check_positive_int(num_categories, "num_categories")
-        params = {"probs": numpyro.sample("probs", dist.Dirichlet(jnp.full((k, c), probs_concentration, jnp.result_type(float))))}
+        params = {"probs": numpyro.sample("probs", dist.Dirichlet(jnp.full((k, c), probs_concentration, jnp.result_type(float))),
+                                          infer=infer("probs"))}
 
     likelihood = HiddenMarkov(jnp.log(init), jnp.log(trans), emission, params, mask)
     x = numpyro.sample("obs", likelihood, obs=obs)
     if obs is not None:
         recovered("states", lambda key: likelihood.sample_states(key, x))
+
+
+hmm.postprocess = mixture_diagnostics.check_collapse  # every engine flags collapsed states
 
 
 # ----------------------------------------------------------------------------- demo

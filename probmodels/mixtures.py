@@ -55,11 +55,12 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln
 from numpyro.distributions import constraints
+from numpyro.infer import init_to_median
 from numpyro.infer.autoguide import AutoDiagonalNormal
 from numpyro.distributions.transforms import OrderedTransform, ParameterFreeTransform, PowerTransform, biject_to
 
 from inference import mixture_diagnostics
-from inference.latent import recovered
+from inference.latent import Start, bootstrap_weights, kmeans, recovered, site_init
 from inference.mixture_cavi import MixturePrior, Structure
 from probmodels import _checks
 
@@ -210,8 +211,9 @@ def hyperparameters(X, num_features, covariance, *, loc_prior_mean=None, loc_pri
 
 
 # ----------------------------------------------------------------------------- model pieces
-def _components(k, prior, covariance, ordered):
-    """Sites ``locs`` and ``cov`` (or ``scales``); returns the batch of K component densities."""
+def _components(k, prior, covariance, ordered, infer):
+    """Sites ``locs`` and ``cov`` (or ``scales``); returns the batch of K component densities.
+    ``infer(name)``: the site's ``infer`` dict (its data-driven start)."""
     d = prior.loc.shape[-1]
     nu0, beta0, m0, psi0 = prior.df, prior.strength, prior.loc, prior.scale
     if covariance == "full":
@@ -219,14 +221,14 @@ def _components(k, prior, covariance, ordered):
         base = dist.MultivariateStudentT(t_df, m0, jnp.linalg.cholesky(psi0 / (beta0 * t_df)))
     else:
         base = dist.StudentT(nu0, m0, jnp.sqrt(psi0 / (beta0 * nu0))).to_event(1)
-    locs = numpyro.sample("locs", OrderedComponents(base, k) if ordered else base.expand([k]))
+    locs = numpyro.sample("locs", OrderedComponents(base, k) if ordered else base.expand([k]), infer=infer("locs"))
     dm = locs - m0
     if covariance == "full":
         scale = psi0 + beta0 * dm[:, :, None] * dm[:, None, :]
-        cov = numpyro.sample("cov", dist.InverseWishart(nu0 + 1.0, scale_matrix=scale))
+        cov = numpyro.sample("cov", dist.InverseWishart(nu0 + 1.0, scale_matrix=scale), infer=infer("cov"))
         return dist.MultivariateNormal(locs, scale_tril=jnp.linalg.cholesky(cov))
     var = dist.InverseGamma(0.5 * (nu0 + 1.0), 0.5 * (psi0 + beta0 * dm**2))
-    scales = numpyro.sample("scales", dist.TransformedDistribution(var, PowerTransform(0.5)))
+    scales = numpyro.sample("scales", dist.TransformedDistribution(var, PowerTransform(0.5)), infer=infer("scales"))
     return dist.Normal(locs, scales).to_event(1)
 
 
@@ -246,6 +248,82 @@ def stick_breaking_log_weights(sticks):
     log_1mv = jnp.log(jnp.clip(1.0 - sticks, tiny, 1.0))
     zero = jnp.zeros(sticks.shape[:-1] + (1,), log_v.dtype)
     return jnp.concatenate([log_v, zero], -1) + jnp.concatenate([zero, jnp.cumsum(log_1mv, -1)], -1)
+
+
+# ----------------------------------------------------------------------------- start
+@functools.partial(jax.jit, static_argnames=("num_components", "covariance", "dp"))
+def start(rng_key, X, prior: MixturePrior, num_components, covariance, dp=False):
+    """A data-driven start for every latent site: the posterior mode of each component's
+    (location, covariance) given its `inference.latent.kmeans` cluster (bootstrap-weighted, so
+    each key gives another start), weights from the cluster sizes; a DP occupies as many of its T
+    components as BIC chooses (k-means with T clusters would split every cluster; the others
+    start empty, at the prior). Components are sorted by the
+    first coordinate of their location (finite mixture: every chain has one labelling; a strictly
+    increasing one, so ``ordered=True`` takes it as is) or, for a DP, by decreasing size (the
+    stick-breaking prior's order)."""
+    k = num_components
+    n, d = X.shape
+    key_w, key_k = jax.random.split(rng_key)
+    w = bootstrap_weights(key_w, jnp.ones((n,), bool))
+    if dp:  # as many occupied components as BIC chooses of 1..T (k-means with T splits clusters)
+        fits = jax.vmap(lambda a: _clusters(key_k, X, w, prior, k, covariance, a))(jnp.arange(1, k + 1))
+        counts, locs, spread, _ = jax.tree.map(lambda v: v[jnp.argmin(fits[3])], fits)
+    else:
+        counts, locs, spread, _ = _clusters(key_k, X, w, prior, k, covariance, k)
+    if dp:
+        order = jnp.argsort(-counts)
+    else:
+        order = jnp.argsort(locs[:, 0])
+    counts, locs, spread = counts[order], locs[order], spread[order]
+    if not dp:  # strictly increasing first coordinate (k-means may leave two seeds on one point)
+        tiny = 1e-3 * jnp.sqrt(jnp.maximum(jnp.var(X[:, 0]), 1e-30))
+        locs = locs.at[:, 0].set(jax.lax.cummax(locs[:, 0]) + tiny * jnp.arange(k))
+    out = {"locs": locs, "cov" if covariance == "full" else "scales": spread}
+    weights = (counts + prior.concentration / k) / (counts.sum() + prior.concentration)
+    if dp:
+        remaining = 1.0 - jnp.concatenate([jnp.zeros((1,), X.dtype), jnp.cumsum(weights)[:-2]])
+        out["sticks"] = jnp.clip(weights[:-1] / remaining, 1e-6, 1.0 - 1e-6)
+        out["concentration"] = prior.concentration_shape / prior.concentration_rate
+    else:
+        out["weights"] = weights
+    return out
+
+
+def _clusters(rng_key, X, w, prior, k, covariance, num_active):
+    """`kmeans` with ``num_active`` of ``k`` clusters: counts, locations, each cluster's
+    posterior-mode covariance (``scales`` for diag) and the BIC of the hard-assignment fit."""
+    n, d = X.shape
+    centres, labels = kmeans(rng_key, X, k, w, num_active)
+    r = jax.nn.one_hot(labels, k, dtype=X.dtype) * w[:, None]  # (n, K)
+    counts = r.sum(0)
+    locs = jnp.where(counts[:, None] > 0, r.T @ X / jnp.maximum(counts, 1e-30)[:, None], prior.loc)
+    dx = X[:, None, :] - locs[None]  # (n, K, d)
+    if covariance == "full":
+        spread = (prior.scale + jnp.einsum("nk,nki,nkj->kij", r, dx, dx)) / (prior.df + counts + d + 1.0)[:, None, None]
+        comp = dist.MultivariateNormal(locs, spread)
+        size = d + d * (d + 1) / 2 + 1
+    else:
+        spread = jnp.sqrt((prior.scale + jnp.einsum("nk,nkd->kd", r, dx**2)) / (prior.df + counts + 2.0)[:, None])
+        comp = dist.Normal(locs, spread).to_event(1)
+        size = 2 * d + 1
+    log_w = jnp.log(jnp.maximum(counts, 1e-30) / jnp.sum(counts))
+    loglik = jnp.sum(r * (log_w + comp.log_prob(X[:, None, :])))
+    return counts, locs, spread, -2.0 * loglik + size * num_active * jnp.log(jnp.sum(w))
+
+
+def _infer(X, prior, k, covariance, dp):
+    """``infer(name)`` for the model's sites: their `start` (one per model run, the first site's
+    key), or nothing without data."""
+    if X is None:
+        return lambda name: {}
+    memo = {}
+
+    def value(name, rng_key):
+        if "start" not in memo:
+            memo["start"] = start(rng_key, X, prior, k, covariance, dp)
+        return memo["start"][name]
+
+    return lambda name: {"init": Start(functools.partial(value, name), f"probmodels.mixtures.start {name}")}
 
 
 # ----------------------------------------------------------------------------- models
@@ -277,8 +355,9 @@ def gaussian_mixture(X, num_components=3, *, covariance="full", ordered=False, w
     a0 = _checks.positive(weight_concentration, "weight_concentration")
     prior = hyperparameters(X, d, covariance, loc_prior_mean=loc_prior_mean, loc_prior_strength=loc_prior_strength,
                             cov_prior_df=cov_prior_df, cov_prior_scale=cov_prior_scale)
-    weights = numpyro.sample("weights", dist.Dirichlet(jnp.full((k,), a0, jnp.result_type(float))))
-    component = _components(k, prior, covariance, bool(ordered))
+    infer = _infer(X, prior._replace(concentration=jnp.asarray(a0 * k, prior.loc.dtype)), k, covariance, False)
+    weights = numpyro.sample("weights", dist.Dirichlet(jnp.full((k,), a0, jnp.result_type(float))), infer=infer("weights"))
+    component = _components(k, prior, covariance, bool(ordered), infer)
     tiny = jnp.finfo(jnp.result_type(weights)).tiny
     _observe(X, n, jnp.log(jnp.clip(weights, tiny, 1.0)), component)
 
@@ -310,15 +389,17 @@ def dp_mixture(X, truncation=20, *, concentration=1.0, covariance="full", concen
     prior = hyperparameters(X, d, covariance, loc_prior_mean=loc_prior_mean, loc_prior_strength=loc_prior_strength,
                             cov_prior_df=cov_prior_df, cov_prior_scale=cov_prior_scale,
                             concentration_prior=concentration_prior)
+    infer = _infer(X, prior, t, covariance, True)
     if concentration is None:
-        alpha = numpyro.sample("concentration", dist.Gamma(prior.concentration_shape, prior.concentration_rate))
+        alpha = numpyro.sample("concentration", dist.Gamma(prior.concentration_shape, prior.concentration_rate),
+                               infer=infer("concentration"))
     else:
         alpha = _checks.positive(concentration, "concentration")
     one = jnp.ones((), jnp.result_type(float))
-    sticks = numpyro.sample("sticks", dist.Beta(one, alpha * one).expand([t - 1]))
+    sticks = numpyro.sample("sticks", dist.Beta(one, alpha * one).expand([t - 1]), infer=infer("sticks"))
     log_weights = stick_breaking_log_weights(sticks)
     numpyro.deterministic("weights", jnp.exp(log_weights))
-    component = _components(t, prior, covariance, False)
+    component = _components(t, prior, covariance, False, infer)
     _observe(X, n, log_weights, component)
 
 
@@ -354,46 +435,9 @@ def _cavi(model, args, kwargs, trace, *, steps, num_samples, seed, progress, tol
     return mixture_diagnostics.postprocess(post)
 
 
-def init_values(model, args, kwargs, seed: int = 0) -> dict:
-    """Starting values of the latent sites for NUTS, SVI and Laplace: the mean of a CAVI fit
-    (k-means++ starts), in the model's parameterisation (sorted when ``ordered``). A mixture's
-    posterior is multimodal; prior draws (the engines' generic start) often sit between modes, and a
-    local method started there stays there.
-
-    >>> import numpy as np
-    >>> X = np.r_[np.zeros((20, 1)) - 3, np.zeros((20, 1)) + 3] + np.random.default_rng(0).normal(size=(40, 1))
-    >>> np.round(np.asarray(init_values(gaussian_mixture, (X,), {"num_components": 2})["locs"][:, 0]))
-    array([-3.,  3.])
-    """
-    from inference import mixture_cavi
-
-    a, X, prior, structure, k = _resolve(model, args, kwargs)
-    res = mixture_cavi.fit(jnp.asarray(X), prior, k, jax.random.PRNGKey(seed), structure=structure, max_iter=500,
-                           tol=1e-6, num_restarts=CAVI_RESTARTS)
-    q = res.state
-    weights = np.asarray(mixture_cavi.expected_weights(q, structure))
-    locs = np.asarray(q.loc)
-    d = locs.shape[1]
-    if structure.covariance == "full":
-        spread = np.asarray(q.scale) / (np.asarray(q.df) + d + 1.0)[:, None, None]  # mode of q(cov)
-    else:
-        spread = np.sqrt(np.asarray(q.scale) / (np.asarray(q.df) + 2.0)[:, None])
-    order = np.argsort(locs[:, 0]) if a.get("ordered", False) else np.arange(k)
-    out = {"locs": locs[order], "cov" if structure.covariance == "full" else "scales": spread[order]}
-    if structure.weights == "dirichlet":
-        out["weights"] = weights[order]
-    else:
-        remaining = 1.0 - np.concatenate([[0.0], np.cumsum(weights)[:-2]])
-        out["sticks"] = np.clip(weights[:-1] / remaining, 1e-6, 1 - 1e-6)
-        if structure.learn_concentration:
-            out["concentration"] = np.asarray(q.conc_shape / q.conc_rate)
-    return {n: jnp.asarray(v) for n, v in out.items()}
-
-
 for _model in (gaussian_mixture, dp_mixture):
     _model.vi_methods = {"cavi": _cavi}
     _model.postprocess = mixture_diagnostics.postprocess
-    _model.init_values = functools.partial(init_values, _model)
 del _model
 
 
@@ -426,20 +470,6 @@ def _plot_clusters(post, path_base):
     return [path]
 
 
-class _LazyInit:
-    """An ``init_loc_fn`` starting at `init_values` of the model, computed on first use."""
-
-    def __init__(self, model, args, kwargs):
-        self.model, self.args, self.kwargs, self.values = model, args, kwargs, None
-
-    def __call__(self, site=None):
-        from numpyro.infer import init_to_value
-
-        if self.values is None:
-            self.values = init_values(self.model, self.args, self.kwargs)
-        return init_to_value(site, values=self.values)
-
-
 def demo_cases():
     """Faithful (200 points to fit, 72 held out; scored by the held-out predictive log density per
     point) under the finite mixture (K = 2, ordered) and the DP mixture (T = 6)."""
@@ -456,9 +486,9 @@ def demo_cases():
 
     finite_kw = {"num_components": 2, "ordered": True}
     mcmc = {"num_samples": 300, "num_warmup": 300, "num_chains": 2}
-    # SVI starts from the CAVI mean (computed when the guide is first used): from a prior draw it
-    # often stops between two modes of this multimodal posterior.
-    guide = AutoDiagonalNormal(gaussian_mixture, init_loc_fn=_LazyInit(gaussian_mixture, (train,), finite_kw))
+    # SVI starts from the model's data-driven start (`start`): from a prior draw it often stops
+    # between two modes of this multimodal posterior.
+    guide = AutoDiagonalNormal(gaussian_mixture, init_loc_fn=site_init(init_to_median(num_samples=15)))
     finite = Case("gaussian_mixture", gaussian_mixture, (train,), finite_kw, ("mcmc", "vi", "laplace"), score,
                   {"mcmc": mcmc, "vi": {"steps": 4000, "guide": guide}}, _plot_clusters)
     dp = Case("dp_mixture", dp_mixture, (train,), {"truncation": 6}, ("mcmc", "vi", "laplace"), score,

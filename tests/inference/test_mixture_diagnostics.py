@@ -151,3 +151,57 @@ def test_postprocess_warns_about_a_poor_laplace_fit_and_names_dims():
         warnings.simplefilter("error")
         ok = md.postprocess(_laplace_post(z_full, np.zeros((1, S))))
     assert not ok.diagnostics["mixture"]["laplace_poor"]
+
+
+# ----------------------------------------------------------------------------- collapse
+def test_component_distances_are_pooled_sd_units():
+    locs = np.array([0.0, 1.0, 5.0])[None, None, :, None]  # (chain, draw, K, d)
+    scales = np.array([1.0, 1.0, 3.0])[None, None, :, None]
+    d = md.component_distances({"locs": locs, "scales": scales})[0, 0]
+    assert d[0, 1] == pytest.approx(1.0) and d[0, 2] == pytest.approx(5.0 / np.sqrt(5.0)) and d[1, 0] == d[0, 1]
+    cov = np.broadcast_to(np.diag([4.0, 1.0]), (1, 1, 2, 2, 2)).copy()
+    d = md.component_distances({"locs": np.array([[[[0.0, 0.0], [2.0, 1.0]]]]), "cov": cov})[0, 0]
+    assert d[0, 1] == pytest.approx(np.sqrt(2.0))  # (2/2)^2 + (1/1)^2
+    rates = md.component_distances({"rates": np.array([[[4.0, 9.0]]])})[0, 0]
+    assert rates[0, 1] == pytest.approx(5.0 / np.sqrt(6.5))
+    probs = md.component_distances({"probs": np.array([[[[0.5, 0.5], [0.7, 0.3]]]])})[0, 0]
+    assert probs[0, 1] == pytest.approx(10 * 0.2)
+
+
+def _mixture_post(locs, cov, X):
+    """A Posterior of gaussian_mixture on X whose draws all sit at (locs, cov), equal weights,
+    with its exact pointwise log likelihood."""
+    from inference import _model
+    from probmodels.mixtures import gaussian_mixture
+
+    S, k = 50, locs.shape[0]
+    rng = np.random.default_rng(0)
+    samples = {"weights": np.full((1, S, k), 1.0 / k), "locs": locs + 0.01 * rng.normal(size=(1, S) + locs.shape),
+               "cov": np.broadcast_to(cov, (1, S) + cov.shape).copy()}
+    flat = {n: v[0] for n, v in samples.items()}
+    ll = _model.pointwise_log_likelihood(gaussian_mixture, flat, (X,), {"num_components": k})
+    return inference.Posterior(engine="vi", samples=samples, log_likelihood={n: v[None] for n, v in ll.items()},
+                               diagnostics={"converged": True}, model=gaussian_mixture, model_args=(X,),
+                               model_kwargs={"num_components": k})
+
+
+def test_a_collapsed_mixture_is_flagged_not_converged_and_warned():
+    """Two well-separated clusters fitted by two components that sit together between them: the
+    fit's log likelihood is hundreds of nats short of the data-driven start's, so it is flagged,
+    with the pair named, converged=False and a warning; the right fit is not flagged."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(-3.0, 0.5, (100, 1)), rng.normal(3.0, 0.5, (100, 1))]
+    stuck = _mixture_post(np.array([[0.0], [0.01]]), np.stack([np.eye(1) * 9.25] * 2), X)
+    with pytest.warns(UserWarning, match=r"degenerate vi fit: components \[\[0, 1\]\] have collapsed"):
+        out = md.check_collapse(stuck)
+    report = out.diagnostics["collapsed"]
+    assert report["flagged"] and report["pairs"] == [[0, 1]] and report["loglik_gap"] > 100
+    assert out.diagnostics["converged"] is False and md.check_collapse(out) is out  # idempotent
+    right = _mixture_post(np.array([[-3.0], [3.0]]), np.stack([np.eye(1) * 0.25] * 2), X)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ok = md.check_collapse(right)
+    assert not ok.diagnostics["collapsed"]["flagged"] and ok.diagnostics["converged"] is True
+    assert ok.diagnostics["collapsed"]["pairs"] == [] and ok.diagnostics["collapsed"]["loglik_gap"] < 0

@@ -249,6 +249,108 @@ def test_demo_cases_score_and_plot(tmp_path):
     assert png.endswith(".png")
 
 
+# ----------------------------------------------------------------------------- data-driven starts
+# Issue 21, finding 5: 600 points from a 2-state Gaussian HMM, means -1 and 2, sd 0.5. NUTS with
+# one chain, float64, default options, seed 0 returned both state means at -0.96 with
+# converged=True (R-hat 1.001); float32 seed 2 at 1.90. Every chain now starts from the model's
+# data-driven start (probmodels.hmm.start) and a collapsed fit is flagged.
+def finding5_data():
+    from probmodels import simulate
+
+    return simulate.gaussian_hmm(600, seed=0, locs=(-1.0, 2.0), scales=(0.5, 0.5)).obs
+
+
+# The posterior means of the state means on these data (NUTS, 4 chains x 1000 draws, float64):
+# [-1.056, 2.003], posterior sd 0.03; 0.1 is > 3 sd.
+STATE_MEANS, STATE_TOL = np.array([-1.056, 2.003]), 0.1
+
+
+def _nuts_finding5(seed, **options):
+    import inference
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = inference.mcmc(hmm, finding5_data(), num_states=2, num_chains=1, seed=seed, progress=False, **options)
+    return post, [str(w.message) for w in caught]
+
+
+def _check_not_collapsed(post, messages):
+    means = post.mean("locs")
+    assert np.all(np.abs(means - STATE_MEANS) < STATE_TOL), means
+    assert not post.diagnostics["collapsed"]["flagged"], post.diagnostics["collapsed"]
+    assert not any("degenerate" in m for m in messages), messages
+
+
+@pytest.mark.parametrize("x64,seed", [(True, 0), (False, 2)])
+def test_issue21_finding5_default_nuts_one_chain_finds_both_states(x64, seed):
+    """The finding exactly (default options): float64 seed 0 and float32 seed 2 collapsed before."""
+    with jax.enable_x64(x64):
+        post, messages = _nuts_finding5(seed)
+    _check_not_collapsed(post, messages)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_issue21_finding5_every_seed_and_dtype_finds_both_states(seed, x64):
+    with jax.enable_x64(x64):
+        post, messages = _nuts_finding5(seed, num_warmup=300, num_samples=300)
+    _check_not_collapsed(post, messages)
+
+
+@pytest.mark.parametrize("engine", ["vi", "laplace"])
+def test_vi_and_laplace_start_from_the_data_and_find_both_states(engine):
+    import inference
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = getattr(inference, engine)(hmm, finding5_data(), num_states=2, seed=0, progress=False)
+    _check_not_collapsed(post, [str(w.message) for w in caught])
+
+
+def test_a_collapsed_fit_is_flagged_not_converged_and_warned():
+    """VI started where the issue's NUTS chain sat (both state means at -0.96, one wide state)
+    stays there; the fit's log likelihood is ~500 nats short of the data-driven start's."""
+    import inference
+    from numpyro.infer import init_to_value
+    from numpyro.infer.autoguide import AutoNormal
+
+    stuck = {"locs": np.array([-0.96, -0.95]), "scales": np.array([2.9, 0.5])}
+    guide = AutoNormal(hmm, init_loc_fn=init_to_value(values=stuck))
+    with pytest.warns(UserWarning, match=r"degenerate vi fit: components \[\[0, 1\]\] have collapsed"):
+        post = inference.vi(hmm, finding5_data(), num_states=2, seed=0, guide=guide, progress=False)
+    report = post.diagnostics["collapsed"]
+    assert report["flagged"] and report["pairs"] == [[0, 1]] and report["loglik_gap"] > 100
+    assert post.diagnostics["converged"] is False
+
+
+@pytest.mark.parametrize("emission", ["gaussian", "poisson", "categorical"])
+def test_start_is_data_driven_sorted_and_differs_by_key(emission):
+    """`start` (every site the engines start): states sorted by location, strictly (the ordered
+    sites' support), each key another bootstrap; the emission parameters near the truth."""
+    from probmodels.hmm import start
+
+    if emission == "categorical":
+        rng = np.random.default_rng(0)
+        _, z = simulate(400, 0, "gaussian")
+        probs = np.array([[0.8, 0.1, 0.1], [0.1, 0.1, 0.8]])
+        x = np.array([rng.choice(3, p=probs[s]) for s in z])
+    else:
+        x, z = simulate(400, 0, emission)
+    mask = np.ones(x.shape, bool)
+    a, b = (start(jax.random.PRNGKey(i), x, mask, 2, emission, 3 if emission == "categorical" else None) for i in (0, 1))
+    assert set(a) == {"init", "trans"} | {"gaussian": {"locs", "scales"}, "poisson": {"rates"}, "categorical": {"probs"}}[emission]
+    assert np.allclose(np.sum(a["trans"], 1), 1.0) and np.all(np.diag(np.asarray(a["trans"])) > 0.6)  # sticky
+    name = {"gaussian": "locs", "poisson": "rates", "categorical": "probs"}[emission]
+    assert not np.allclose(a[name], b[name])  # chains start apart
+    if emission == "categorical":
+        got = np.asarray(a["probs"])
+        got = got if got[0, 0] > got[1, 0] else got[::-1]  # no ordering of categorical states
+        assert np.max(np.abs(got - probs)) < 0.15, got
+    else:
+        truth = [-1.0, 1.5] if emission == "gaussian" else [2.0, 9.0]
+        assert np.all(np.diff(a[name]) > 0) and np.max(np.abs(np.asarray(a[name]) - truth)) < 0.5
+
+
 # ----------------------------------------------------------------------------- bad input
 X = np.array([0.1, 0.5, -0.3, 1.2])
 

@@ -276,6 +276,43 @@ def test_laplace_reports_when_it_is_a_poor_approximation():
     assert mix["laplace_poor"] and (mix["empty_components"] or mix.get("pareto_k", 0.0) > 0.7), mix
 
 
+# ----------------------------------------------------------------------------- data-driven starts
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_nuts_chain_recovers_well_separated_clusters_for_every_seed(seed):
+    """Issue 21: every chain starts from the model's data-driven start (`start`), so one chain
+    with the default (unordered) model finds the three clusters for any seed, in the labelling
+    the start gives (sorted by x: truth's order 0, 2, 1), with no collapse flagged."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        post = inference.mcmc(gaussian_mixture, SIM.X, num_chains=1, seed=seed, num_warmup=300, num_samples=300,
+                              progress=False)
+    order = np.argsort(SIM.locs[:, 0])
+    assert np.max(np.abs(post.mean("locs") - SIM.locs[order])) < 0.15, post.mean("locs")
+    assert np.max(np.abs(post.mean("weights") - SIM.weights[order])) < 0.05, post.mean("weights")
+    assert not post.diagnostics["collapsed"]["flagged"] and not any("degenerate" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("model,kwargs", [(gaussian_mixture, {"num_components": 3, "covariance": "diag"}),
+                                          (dp_mixture, {"truncation": 6, "concentration": None})])
+def test_start_is_data_driven_sorted_and_differs_by_key(model, kwargs):
+    """Every latent site has a start; each key another bootstrap (chains start apart) with the
+    same labelling: sorted by x (finite) or by decreasing weight (DP)."""
+    from inference import _model
+
+    a, b = (_model.start_values(model, (SIM.X,), kwargs, seed) for seed in (0, 1))
+    trace = _trace(model, SIM.X, **kwargs)
+    latent = {n for n, site in trace.items() if site["type"] == "sample" and not site["is_observed"]}
+    assert set(a) == latent
+    assert not np.allclose(a["locs"], b["locs"])
+    order = np.argsort(SIM.locs[:, 0])
+    if model is gaussian_mixture:
+        assert np.all(np.diff(np.asarray(a["locs"])[:, 0]) > 0)
+        assert np.max(np.abs(np.asarray(a["locs"]) - SIM.locs[order])) < 0.3
+    else:
+        weights = np.exp(np.asarray(stick_breaking_log_weights(jnp.asarray(a["sticks"]))))
+        assert np.all(np.diff(weights[:3]) <= 0) and weights[:3].sum() > 0.9, weights
+
+
 # ----------------------------------------------------------------------------- data sets
 def test_faithful_has_two_clusters():
     X = datasets.load_unsupervised("faithful")
