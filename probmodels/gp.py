@@ -16,11 +16,10 @@ internally as {0, 1}.
 Example:
     >>> import numpy as np, inference
     >>> from probmodels.gp import bayes_machine
-    >>> from probmodels.kernels import RBF
-    >>> X = np.random.default_rng(0).uniform(-1, 1, (40, 2)); y = np.sign(X[:, 0])
-    >>> post = inference.ep(bayes_machine, X, y, kernel=RBF(0.5))
+    >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 2)); y = X[:, 0] > 0
+    >>> post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
     >>> post.samples["eps"].shape
-    (1, 1000)
+    (1, 50)
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ Example:
     >>> import numpy as np, inference
     >>> from probmodels.gp import bayes_machine
     >>> X = np.random.default_rng(0).uniform(-1, 1, (30, 2)); y = X[:, 0] > 0
-    >>> post = inference.ep(bayes_machine, X, y, num_samples=200)
+    >>> post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
     >>> post.predict(X[:4])["y"].shape
-    (1, 200, 4)
+    (1, 50, 4)
 """
 
 from __future__ import annotations
