@@ -8,6 +8,8 @@ They read the standard mixture sites of a `Posterior` (``weights``, ``locs``, ``
 ``post.diagnostics["mixture"]``, names the ArviZ dims (``z`` and the rows of ``X`` share
 ``point``), and warns about a non-negligible mass beyond the truncation level and about a Laplace
 approximation that is poor (empty components, importance weights with Pareto k > 0.7).
+`check_collapse` (mixtures and HMMs, every engine) flags a fit whose components or states have
+collapsed onto each other: ``diagnostics["collapsed"]``, ``converged=False`` and a warning.
 
 Example:
     >>> import numpy as np

@@ -22,6 +22,11 @@ algorithm marginal, one number per sequence (the pointwise log likelihood for LO
 sequence). The states are declared with :func:`inference.latent.recovered`: every engine draws
 them per posterior draw by forward-filter backward-sample (site ``states``, shape (T,) or (B, T)).
 
+Every engine starts from `start` (k-means of the data, a new bootstrap per chain; see
+`inference.latent`), never where the states coincide, and every posterior carries
+``diagnostics["collapsed"]`` (`inference.mixture_diagnostics.check_collapse`): a fit stuck short of
+that start is flagged, warned about and not ``converged``.
+
 Example:
     >>> import numpy as np, numpyro
     >>> from probmodels.hmm import hmm

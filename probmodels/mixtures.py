@@ -32,7 +32,9 @@ exchangeable in its labels (stick-breaking weights decrease stochastically) and 
 ``X`` is (n, d); a 1-D array is n scalar observations, i.e. (n, 1) (fit one d-dimensional point as
 (1, d)). The observed site ``X`` has one log-likelihood term per row (LOO works); the assignments
 are declared with `inference.latent.recovered`, so every engine returns ``z`` (chain, draw, n) draws.
-``inference.ep`` does not apply (not a latent-Gaussian model).
+``inference.ep`` does not apply (not a latent-Gaussian model). Every engine starts from `start`
+(k-means of the data, a new bootstrap per chain; see `inference.latent`), and a fit whose
+components collapsed is flagged in ``diagnostics["collapsed"]`` (`inference.mixture_diagnostics`).
 
 Example:
     >>> import numpy as np, inference
