@@ -13,8 +13,6 @@ Chains run in parallel over devices (``shard_map``, one chain per device), one a
 
 from __future__ import annotations
 
-import threading
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,33 +21,26 @@ from numpyro.infer import NUTS, init_to_uniform, init_to_value
 from numpyro.infer import log_likelihood as _log_likelihood
 
 from inference import _model, compiled
+from inference import progress as progress_bar
 
 STAT_FIELDS = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
 
-_BAR = {"bar": None}
-_LOCK = threading.Lock()
-
-
-def _tick(n):
-    with _LOCK:
-        bar = _BAR["bar"]
-        if bar is not None:
-            bar.update(int(n))
-
 
 def _build(model, options):
-    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent = options
+    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent, starts = options
+    # NumPyro's own init_to_uniform unless a site declares a data-driven start: its fast path draws
+    # the start in unconstrained space, so a model without starts gets NumPyro's chains exactly
+    default = _model.site_init(init_to_uniform) if starts else init_to_uniform
     total = num_warmup + num_samples
-    rate = max(1, total // 20)
 
-    def tick(i):
+    def tick(i):  # a lazy bar (`inference.progress`): a run shorter than a second shows none
         if progress:
-            lax.cond((i + 1) % rate == 0, lambda: jax.debug.callback(_tick, rate), lambda: None)
+            progress_bar.every(i, total)
 
     def build(rebuild):
         def one_chain(arrays, key, init):
             args, kwargs = rebuild(arrays)
-            strategy = init_to_value(values=init) if has_init else _model.site_init(init_to_uniform)
+            strategy = init_to_value(values=init) if has_init else default
             kernel = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                           init_strategy=strategy)
             state = kernel.init(key, num_warmup, None, model_args=args, model_kwargs=kwargs)
@@ -96,30 +87,22 @@ def _build(model, options):
 
 
 def run_nuts(model, args, kwargs, *, seed, num_warmup, num_samples, num_chains, chain_method,
-             target_accept, max_tree_depth, latent, init_values=None, progress=False):
+             target_accept, max_tree_depth, latent, init_values=None, site_starts=False, progress=False):
     """Run ``num_chains`` NUTS chains; returns ``(samples, stats, loglik)`` with leading axes
     ``(chain, draw)``. ``samples`` holds the constrained latent and deterministic sites, ``stats``
     NumPyro's per-draw fields (`STAT_FIELDS`), ``loglik`` the pointwise log likelihood of every
-    observed site given the ``latent`` sites of each draw."""
+    observed site given the ``latent`` sites of each draw. ``site_starts``: some site declares a
+    data-driven start (`inference.latent.site_init`)."""
     key = jax.random.PRNGKey(seed)
     keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
     has_init = init_values is not None
     init = {k: jnp.asarray(v) for k, v in init_values.items()} if has_init else None
     options = (num_warmup, num_samples, num_chains, chain_method, float(target_accept),
-               int(max_tree_depth), bool(progress), has_init, tuple(sorted(latent)))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_chains * (num_warmup + num_samples), desc=f"NUTS, {num_chains} chains")
-    _BAR["bar"] = bar
-    try:
+               int(max_tree_depth), bool(progress), has_init, tuple(sorted(latent)), bool(site_starts))
+    bar = progress_bar.Bar(progress, num_chains * (num_warmup + num_samples), f"NUTS, {num_chains} chains")
+    with progress_bar.running(bar):
         samples, stats, loglik = jax.device_get(compiled.call("nuts", model, args, kwargs, options,
                                                               _build(model, options), keys, init,
                                                               persist=not progress))
-    finally:
-        _BAR["bar"] = None
-        if bar is not None:
-            bar.close()
     to_np = lambda tree: {k: np.asarray(v) for k, v in tree.items()}  # noqa: E731
     return to_np(samples), to_np(stats), to_np(loglik)

@@ -25,7 +25,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.primitives import Messenger
 
-from inference import _model, _options, compiled
+from inference import _model, _options, compiled, convergence
 from inference.ep.driver import gaussian_fit
 from inference.posterior import Posterior
 
@@ -186,11 +186,9 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     log_zk = np.zeros(num_shards)
     log_sk = np.zeros(num_shards)
     skipped, change, it = 0, np.inf, 0
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
+    from inference.progress import Bar
 
-        bar = tqdm(total=max_iter, desc=f"distributed EP ({num_shards} shards, {local_engine})")
+    bar = Bar(show, max_iter, f"distributed EP ({num_shards} shards, {local_engine})")
     tilted = _with_cavity(model, name)
     for it in range(1, max_iter + 1):
         new_Q, new_r = Qk.copy(), rk.copy()
@@ -271,7 +269,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     lp = _model.log_joint(model, flat, args, kwargs)
     samples, log_lik, observed_data = _model.finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1)
     diagnostics = {
-        "converged": converged, "iterations": int(it), "max_change": float(change),
+        "converged": convergence.ep(change, tol, log_z), "iterations": int(it), "max_change": float(change),
         "distributed": True, "num_shards": int(num_shards), "local_engine": local_engine, "skipped_shard_updates": int(skipped),
         "devices": [str(dv) for dv in placement], "shard_sizes": [int(len(s)) for s in shards],
     }

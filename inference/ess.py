@@ -28,9 +28,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
 from inference import _model
+from inference import progress as progress_bar
+from inference import convergence as _convergence
 from inference.posterior import Posterior
 
 MAX_SHRINKS = 100
@@ -100,12 +101,16 @@ def step(rng_key, state: ESSState, chol_K, prior_mean, t, a0, b0, *, learn: bool
     return ESSState(f, eps, step_log_lik(f, eps, t)), ESSInfo(shrinks, k)
 
 
-@partial(jax.jit, static_argnames=("num_steps", "learn"))
-def sample_chain(rng_key, state, chol_K, prior_mean, t, a0, b0, thinning, *, num_steps, learn):
+@partial(jax.jit, static_argnames=("num_steps", "learn", "progress"))
+def sample_chain(rng_key, state, chol_K, prior_mean, t, a0, b0, thinning, *, num_steps, learn, progress=False):
     """``num_steps`` draws, each after ``thinning`` (traced) steps, under ``lax.scan``;
-    returns (final state, (f, eps, info) per draw; info summed over the thinned steps)."""
+    returns (final state, (f, eps, info) per draw; info summed over the thinned steps). With
+    ``progress`` a host callback advances the running bar (`inference.progress`); same draws."""
 
-    def one(s, key):
+    def one(s, inp):
+        i, key = inp
+        if progress:
+            progress_bar.every(i, num_steps)
         def inner(i, carry):
             s, shrinks = carry
             s, info = step(jax.random.fold_in(key, i), s, chol_K, prior_mean, t, a0, b0, learn=learn)
@@ -114,47 +119,17 @@ def sample_chain(rng_key, state, chol_K, prior_mean, t, a0, b0, thinning, *, num
         s, shrinks = jax.lax.fori_loop(0, thinning, inner, (s, jnp.zeros((), jnp.int32)))
         return s, (s.f, s.eps, ESSInfo(shrinks, _disagree(s.f, t)))
 
-    return jax.lax.scan(one, state, jax.random.split(rng_key, num_steps))
+    return jax.lax.scan(one, state, (jnp.arange(num_steps), jax.random.split(rng_key, num_steps)))
 
 
 def _run(keys, states, consts, num_steps, learn, progress):
-    """All chains (vmapped) for ``num_steps``; with ``progress`` in about 20 blocks so that a
-    progress bar can advance between them (at most two compilations: block and remainder)."""
-
-    def run(keys, states, m):
-        return jax.vmap(lambda k, s: sample_chain(k, s, *consts, num_steps=m, learn=learn))(keys, states)
-
-    if not progress:
-        return run(keys, states, num_steps)
-    from tqdm.auto import tqdm
-
-    block, done, outs = max(1, num_steps // 20), 0, []
-    with tqdm(total=num_steps, desc="elliptical slice") as bar:
-        while done < num_steps:
-            m = min(block, num_steps - done)
-            states, out = run(jax.vmap(lambda k: jax.random.fold_in(k, done))(keys), states, m)
-            outs.append(out)
-            done += m
-            bar.update(m)
-    return states, jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=1), *outs)
-
-
-def convergence(draws: dict, num_chains: int) -> dict:
-    """Max split R-hat and min bulk ESS over all coordinates; converged when R-hat < 1.05 and the
-    smallest ESS is at least 100."""
-    rhats, esss = [], []
-    for v in draws.values():
-        flat = np.asarray(v, dtype=float).reshape(v.shape[:2] + (-1,))
-        keep = flat.std(axis=(0, 1)) > 0
-        if not keep.any() or flat.shape[1] < 4:
-            continue
-        flat = flat[..., keep]
-        rhats.append(float(np.nanmax(split_gelman_rubin(flat))))
-        esss.append(float(np.nanmin(effective_sample_size(flat))))
-    max_rhat = max(rhats) if rhats else float("nan")
-    min_ess = min(esss) if esss else float("nan")
-    return {"converged": bool(max_rhat < 1.05 and min_ess >= 100), "max_rhat": max_rhat, "min_ess": min_ess,
-            "divergences": 0}
+    """All chains (vmapped) for ``num_steps`` in one compiled program; with ``progress`` a lazy bar
+    (`inference.progress`: shown once sampling has run for a second) advanced by a host callback,
+    the draws being the same as without it."""
+    bar = progress_bar.Bar(progress, keys.shape[0] * num_steps, "elliptical slice")
+    with progress_bar.running(bar):
+        return jax.vmap(lambda k, s: sample_chain(k, s, *consts, num_steps=num_steps, learn=learn,
+                                                  progress=bool(progress)))(keys, states)
 
 
 def default_thinning(n: int) -> int:
@@ -168,8 +143,8 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     """Elliptical slice sampling of the latent GP + Gibbs for the Beta noise rate, for a model that
     `inference.ep.bm_posterior.bayes_machine_parts` recognises (GP latent, NoisyStep likelihood,
     Beta or fixed noise rate). ``num_warmup`` and ``num_samples`` count kept draws, each
-    ``thinning`` steps apart (default `default_thinning`). ``converged``: max split R-hat < 1.05
-    and min ESS >= 100."""
+    ``thinning`` steps apart (default `default_thinning`). ``converged`` as for every MCMC run
+    (`inference.convergence.mcmc`)."""
     from inference.ep.bm_posterior import bayes_machine_parts
 
     parts = bayes_machine_parts(trace)
@@ -212,7 +187,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     sample_stats = {"lp": np.asarray(lp).reshape(num_chains, num_samples),
                     "n_steps": np.asarray(info.num_shrinks[:, num_warmup:]) + thinning,
                     "num_disagree": np.asarray(info.num_disagree[:, num_warmup:])}
-    diagnostics = convergence({k: samples[k] for k in flat}, num_chains)
+    diagnostics = _convergence.mcmc({k: samples[k] for k in flat})  # no divergences: no gradients
     diagnostics["sampler"] = "elliptical-slice+gibbs" if parts.learn_noise else "elliptical-slice"
     diagnostics["thinning"] = thinning
     predictor = _make_predictor(model, args, kwargs, parts, chol_K, samples)

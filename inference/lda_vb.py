@@ -55,7 +55,7 @@ import scipy.special
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 
-from inference import _model, _options, compiled
+from inference import _model, _options, compiled, convergence
 from inference.posterior import Posterior
 
 METHODS = ("batch", "online")
@@ -466,7 +466,7 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
         raise FloatingPointError(f"LDA {method} VB produced a non-finite ELBO; check the counts and priors")
     total, trace = float(count.sum()), np.asarray(run.trace, float)
     diagnostics = {
-        "converged": run.converged, "method": method, "elbo": final, "elbo_trace": trace,
+        "converged": convergence.vi(run.converged, final), "method": method, "elbo": final, "elbo_trace": trace,
         "perplexity_trace": np.exp(-trace / total), "perplexity_bound": float(np.exp(-final / total)),
         "updates": int(state.step), "mean_e_step_iterations": float(np.mean(run.e_iters)),
         "restart_elbos": [float(v) for v in probes],
@@ -588,11 +588,9 @@ def _pass_batches(rng, csr, strata, layout):
 
 
 def _progress_bar(on, total, method):
-    if not on:
-        return None
-    from tqdm.auto import tqdm
+    from inference.progress import Bar
 
-    return tqdm(total=total, desc=f"lda {method} vb", leave=False)
+    return Bar(True, total, f"lda {method} vb") if on else None
 
 
 # ----------------------------------------------------------------------------- models and Posterior
@@ -826,7 +824,8 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
                       "steps or tol", stacklevel=3)
     params = svi.get_params(svi_state)
     trace_elbo = -np.concatenate(losses)
-    diagnostics = {"converged": converged, "method": "stochastic", "elbo_trace": trace_elbo, "steps": done,
+    diagnostics = {"converged": convergence.vi(converged, trace_elbo[-1]), "method": "stochastic",
+                   "elbo_trace": trace_elbo, "steps": done,
                    "batch_size": int(batch_size), "learning_rate": float(learning_rate),
                    "fit_seconds": time.perf_counter() - t0}
     return _posterior_from_q(model, args, full_kwargs, full_trace, np.asarray(params["theta_concentration"], float),

@@ -20,10 +20,9 @@ import warnings
 
 import jax
 import numpy as np
-from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_uniform
 
-from inference import _model, _options, _special, compiled
+from inference import _model, _options, _special, compiled, convergence
 from inference.chains import run_nuts
 from inference.posterior import Posterior
 
@@ -48,7 +47,10 @@ def mcmc(
     Engine options are keyword-only; every other keyword goes to the model (``model_kwargs=``
     passes model arguments whose names collide with an option). ``chain_method`` defaults to
     ``"parallel"`` when there are at least ``num_chains`` devices and ``"sequential"`` otherwise
-    (one compilation, reused by every chain).
+    (one compilation, reused by every chain). ``progress``: a bar, shown once sampling has run
+    for a second (`inference.progress`). Spike-and-slab models (collapsed Gibbs) and the Bayes
+    machine (elliptical slice) run their own samplers, chains vectorised: there ``target_accept``,
+    ``max_tree_depth`` and a ``chain_method`` other than ``"vectorized"`` raise ValueError.
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -64,6 +66,7 @@ def mcmc(
     seed = _options.seed(seed)
     target_accept = _options.unit_interval(target_accept, "target_accept")
     max_tree_depth = _options.positive_int(max_tree_depth, "max_tree_depth")
+    chain_method_given = chain_method
     if chain_method is None:
         chain_method = "parallel" if jax.local_device_count() >= num_chains > 1 else "sequential"
     if chain_method not in ("parallel", "sequential", "vectorized"):
@@ -78,12 +81,17 @@ def mcmc(
 
     common = dict(num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed,
                   progress=progress)
-    if _special.has_spike_and_slab(trace):
-        from inference.spikeslab import mcmc_posterior
-
-        return mcmc_posterior(model, args, kwargs, trace, **common)
-    if _special.has_noisy_step(trace):
-        from inference.ess import mcmc_posterior
+    if _special.has_spike_and_slab(trace) or _special.has_noisy_step(trace):
+        # dedicated samplers without a NUTS step, their chains vectorised: refuse NUTS's options
+        spikeslab = _special.has_spike_and_slab(trace)
+        _options.unsupported(
+            "the spike-and-slab Gibbs sampler" if spikeslab else "elliptical slice sampling (Bayes machine)",
+            target_accept=(target_accept, 0.8), max_tree_depth=(max_tree_depth, 10),
+            chain_method=(None if chain_method_given == "vectorized" else chain_method_given, None))
+        if spikeslab:
+            from inference.spikeslab import mcmc_posterior
+        else:
+            from inference.ess import mcmc_posterior
 
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
@@ -100,7 +108,8 @@ def mcmc(
             model, args, kwargs, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
             num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
             max_tree_depth=max_tree_depth, latent=latent,
-            init_values=_model.init_values(model, args, kwargs, seed), progress=progress)
+            init_values=_model.init_values(model, args, kwargs, seed), site_starts=_model.has_site_init(trace),
+            progress=progress)
         flatten = lambda tree: {k: v.reshape((-1,) + v.shape[2:]) for k, v in tree.items()}  # noqa: E731
         samples_flat, loglik_flat = flatten(draws), flatten(loglik_chains)
         sample_stats = {"lp": -stats.pop("potential_energy")}
@@ -144,27 +153,8 @@ def _run_discrete(model, args, kwargs, seed, target_accept, max_tree_depth, chai
 
 
 def convergence_diagnostics(samples: dict, diverging=None) -> dict:
-    """Max split R-hat and min bulk ESS over the float sites of ``(chain, draw, ...)`` draws.
-
-    ``converged`` follows Vehtari et al. (2021): R-hat < 1.01, at least 100 effective draws per
-    chain, and no divergent transition.
-    """
-    rhats, esss = [], []
-    for value in samples.values():
-        v = np.asarray(value, dtype=float)
-        if not np.issubdtype(np.asarray(value).dtype, np.floating) or v.shape[1] < 4:
-            continue
-        flat = v.reshape(v.shape[:2] + (-1,))
-        keep = flat.std(axis=(0, 1)) > 0  # constant coordinates carry no information
-        if not keep.any():
-            continue
-        flat = flat[..., keep]
-        if v.shape[0] > 1 or v.shape[1] >= 4:
-            rhats.append(np.nanmax(split_gelman_rubin(flat)))
-        esss.append(np.nanmin(effective_sample_size(flat)))
-    num_chains = next(iter(samples.values())).shape[0] if samples else 1
-    divergences = int(np.sum(diverging)) if diverging is not None else 0
-    max_rhat = float(max(rhats)) if rhats else float("nan")
-    min_ess = float(min(esss)) if esss else float("nan")
-    converged = bool(max_rhat < 1.01 and min_ess >= 100 * num_chains and divergences == 0)
-    return {"converged": converged, "max_rhat": max_rhat, "min_ess": min_ess, "divergences": divergences}
+    """`inference.convergence.mcmc` over the float sites of ``(chain, draw, ...)`` draws (README.md,
+    "What `converged` means"): rank-normalised split R-hat < 1.01, bulk ESS >= 100 per chain, and
+    no divergent transition."""
+    floats = {k: v for k, v in samples.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
+    return convergence.mcmc(floats, diverging)

@@ -32,8 +32,9 @@ from numpyro.infer import autoguide
 from numpyro.infer.util import log_density
 from numpyro.optim import optax_to_numpyro
 
-from inference import _model, _options, _special, compiled, sharding
+from inference import _model, _options, _special, compiled, convergence, sharding
 from inference.posterior import Posterior
+from inference.progress import Bar
 
 GUIDES = {
     "normal": autoguide.AutoDiagonalNormal,
@@ -71,7 +72,17 @@ def vi(
     scheme a model family offers (listed in ``model.vi_methods``); ``None`` (default): the family's
     ``"default"`` scheme where it lists one (LDA: online VB), else ``"svi"``. ``shard_data``: ``True`` (all
     devices) or a `jax.sharding.Mesh` splits the data rows over devices for the ELBO steps (see
-    `inference.sharding`; same result as one device up to summation order).
+    `inference.sharding`; same result as one device up to summation order). ``progress``: a bar,
+    shown once the fit has run for a second (`inference.progress`).
+
+    A coordinate-ascent ``method`` and spike-and-slab models (mean-field Bernoulli-Gaussian VI)
+    take of the SVI options (``guide``, ``optimizer``, ``learning_rate``, ``num_particles``,
+    ``check_every``) only those their own function names (LDA's ``"stochastic"``:
+    ``learning_rate``, ``check_every``; spike-and-slab: ``guide="normal"``); any other given a
+    value other than its default raises ValueError naming it.
+
+    ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite
+    (README.md, "What `converged` means"; `inference.convergence`).
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -96,9 +107,12 @@ def vi(
     if isinstance(guide, str) and guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    svi_options = dict(guide=(guide, "normal"), optimizer=(optimizer, None), learning_rate=(learning_rate, 0.01),
+                       num_particles=(num_particles, 1), check_every=(check_every, 500))
     methods = getattr(model, "vi_methods", {})
     if method is None:  # a family's own default scheme (LDA: online VB), else autoguide SVI
         method = "default" if "default" in methods else "svi"
+    forwarded = _forwarded(methods[method], f"vi(method={method!r})", **svi_options) if method in methods else {}
     mesh = sharding.resolve_mesh(shard_data)
     # the sites from one abstract trace (the model's own input checks still raise first); an eager
     # one paid a compilation per operation in a new process
@@ -107,6 +121,11 @@ def vi(
         raise ValueError("model has no latent sample sites: nothing to infer")
     if mesh is not None and method != "svi":
         raise ValueError(f"shard_data applies to method='svi' only, got method={method!r}")
+    if method == "svi" and _special.has_spike_and_slab(trace):  # its own VI: refuse what it cannot honour
+        from inference.spikeslab import vi_posterior
+
+        _options.unsupported("spike-and-slab VI", shard_data=(shard_data, False))
+        forwarded = _forwarded(vi_posterior, "spike-and-slab VI", **svi_options)
     if method != "svi" or mesh is not None or _special.has_spike_and_slab(trace):
         trace = _model.trace_model(model, args, kwargs, seed)  # these read concrete values
 
@@ -114,11 +133,9 @@ def vi(
     if method != "svi" or "svi" in methods:  # a family may refuse autoguide SVI (LDA does)
         if method not in methods:
             raise ValueError(f"method must be 'svi' or one of {sorted(methods)} for this model, got {method!r}")
-        return methods[method](model, args, kwargs, trace, **options)
+        return methods[method](model, args, kwargs, trace, **options, **forwarded)
     if _special.has_spike_and_slab(trace):
-        from inference.spikeslab import vi_posterior
-
-        return vi_posterior(model, args, kwargs, trace, **options)
+        return vi_posterior(model, args, kwargs, trace, **options, **forwarded)
     discrete = _model.discrete_latent_sites(trace)
     if discrete:
         raise ValueError(
@@ -203,7 +220,8 @@ def vi(
     trace_elbo = -np.concatenate(losses)
     is_log_ev = float(jax.scipy.special.logsumexp(log_w) - np.log(len(log_w)))
     diagnostics = {
-        "converged": converged, "elbo": elbo, "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
+        "converged": convergence.vi(converged, elbo), "elbo": elbo,
+        "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
         "steps": done, "guide": guide_name, "importance_log_evidence": is_log_ev,
     }
     if mesh is not None:
@@ -264,9 +282,18 @@ def _draw_fn(model, guide, model_inputs, num_samples):
     return jax.jit(draw)
 
 
-def _progress_bar(on, total):
-    if not on:
-        return None
-    from tqdm.auto import tqdm
+def _forwarded(fn, path: str, **options) -> dict:
+    """The SVI options (``name=(value, default)``) given a non-default value, for a dedicated path
+    ``fn``: those its signature names are passed on, any other raises ValueError naming it (a
+    default value is left out, so the path keeps its own default)."""
+    import inspect
 
-    return tqdm(total=total, desc="vi", leave=False)
+    named = {p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    given = {k: v for k, v in options.items() if not _options.is_default(*v)}
+    _options.unsupported(path, **{k: v for k, v in given.items() if k not in named})
+    return {k: value for k, (value, _) in given.items()}
+
+
+def _progress_bar(on, total):
+    return Bar(True, total, "vi") if on else None

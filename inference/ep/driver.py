@@ -14,13 +14,14 @@ Example:
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options, _special, compiled, exported
+from inference import _options, _special, compiled, convergence, exported
 from inference._model import finish_samples, log_joint, observed_sites, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
@@ -29,6 +30,7 @@ from inference.ep.recognise import recognise
 from inference.ep.state import EPState
 from inference.ep.update import init, run_arguments, sweeps
 from inference.posterior import Posterior
+from inference.progress import Bar, next_chunk
 
 SCHEDULES = ("parallel", "sequential")
 
@@ -46,7 +48,8 @@ _to_latent = exported.flat(to_latent, "ep-to-latent", (), _PAIR)
 @compiled.scoped
 def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
        max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
-       covariance: str | None = None, model_kwargs: dict | None = None, **model_kw) -> Posterior:
+       covariance: str | None = None, active_set_size: int | None = None, model_kwargs: dict | None = None,
+       **model_kw) -> Posterior:
     """Expectation propagation for a NumPyro program with a Gaussian latent vector.
 
     The model's latent sites must be Gaussian (``Normal`` / ``MultivariateNormal``, jointly
@@ -74,14 +77,22 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         max_iter: maximum number of sweeps.
         num_samples: draws from the EP Gaussian stored as ``samples`` (one chain).
         seed: seeds the draws (and the model's trace).
-        progress: tqdm bar over sweeps; default on unless ``INFERENCE_PROGRESS=0``.
+        progress: a bar over sweeps, shown once EP has run for a second (`inference.progress`);
+            default on unless ``INFERENCE_PROGRESS=0``. The Bayes machine and spike-and-slab EPs
+            run one compiled loop each and show no bar.
         covariance: spike-and-slab models only: ``"full"`` (default there in float64; O(n^2 d) per
             sweep, closest to MCMC) or ``"factorized"`` (the thesis' fully factorised O(n d) EP; the
             default in float32, where the full form's Woodbury updates do not converge).
+        active_set_size: Bayes-machine models only (``probmodels.bayes_machine``): ``d`` runs the
+            sparse Bayes machine, EP on an active set of ``d`` training points chosen by the
+            evidence (`inference.ep.sparse_bm`; O(n d^2) per pass instead of O(n^3)). Its
+            ``log_evidence`` is None (the evidence of the active labels is in
+            ``diagnostics["active_log_evidence"]``).
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
-    EP log marginal likelihood (``evidence_method="ep"``), diagnostics ``converged``,
+    EP log marginal likelihood (``evidence_method="ep"``), diagnostics ``converged`` (README.md,
+    "What `converged` means"),
     ``iterations``, ``max_site_change``, ``num_skipped_updates``, the Gaussian over the
     concatenated latents in ``approximation`` (``mean``, ``cov``) with the site parameters, and a
     predictor (GP latents are conditioned at new inputs, see :mod:`inference.ep.predict`).
@@ -108,6 +119,13 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     options = dict(schedule=schedule, damping=damping, tol=tol, max_iter=max_iter,
                    num_samples=num_samples, seed=seed, progress=progress)
     hook = _dispatch(trace)
+    if active_set_size is not None:
+        active_set_size = _options.positive_int(active_set_size, "active_set_size")
+        if not _special.has_noisy_step(trace):
+            raise ValueError("active_set_size: only the Bayes machine's EP (a NoisyStep likelihood) takes it")
+        options["active_set_size"] = active_set_size
+    if covariance is not None and not _special.has_spike_and_slab(trace):
+        raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     if hook is not None:
         if covariance is not None:
             options["covariance"] = covariance
@@ -116,8 +134,6 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         post = hook(model, args, kwargs, trace, **options)
         post.diagnostics.update(_kernel_jitter(trace))
         return post
-    if covariance is not None:
-        raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
@@ -146,7 +162,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     lp = log_joint(model, flat, args, kwargs)
     samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1)
     diagnostics = {
-        "converged": converged,
+        "converged": convergence.ep(change, tol, log_z),  # README.md: what `converged` means
         "iterations": int(iterations),
         "max_site_change": float(change),
         "num_skipped_updates": int(skipped),
@@ -183,7 +199,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
-    return mean_u, cov_u, log_z, bool(float(change) <= tol)
+    return mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z)
 
 
 def _kernel_jitter(trace) -> dict:
@@ -217,17 +233,16 @@ def _iterate(problem, schedule, damping, tol, max_iter, progress):
     sweep = _SWEEPS[schedule]
     if not progress:
         return sweep(problem, state, *run_arguments(state, damping, tol, max_iter))
-    from tqdm.auto import tqdm
-
-    it, skipped, change, chunk = 0, 0, float("inf"), 1
-    with tqdm(total=max_iter, desc="EP", unit="sweep") as bar:
+    # in chunks sized by the measured rate (`progress.next_chunk`): a short run is two calls and
+    # shows no bar; the sweeps and so the answer are those of one call
+    it, skipped, change, start = 0, 0, float("inf"), time.perf_counter()
+    with Bar(True, max_iter, "EP", "sweep") as bar:
         while it < max_iter and change > tol:
-            stop = min(max_iter, it + chunk)
+            stop = it + next_chunk(it, time.perf_counter() - start, max_iter - it)
             state, it_new, skipped, change = sweep(problem, state, *run_arguments(state, damping, tol, stop, it,
                                                                                   skipped, change))
-            bar.update(int(it_new) - it)
-            it, change, chunk = int(it_new), float(change), min(2 * chunk, 25)
-            bar.set_postfix(change=f"{change:.2e}")
+            bar.update(int(it_new) - it, change=f"{float(change):.2e}")
+            it, change = int(it_new), float(change)
     return state, it, skipped, change
 
 

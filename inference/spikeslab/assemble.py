@@ -45,7 +45,7 @@ def build(engine, prob: Problem, model, args, kwargs, flat, num_chains, seed, *,
         stats = {"lp": to_chains(log_joint(model, args, kwargs, flat)), "log_q": to_chains(log_q)}
     return Posterior(engine=engine, samples=samples, log_likelihood=loglik, observed_data=observed,
                      sample_stats=stats, log_evidence=log_evidence, evidence_method=evidence_method,
-                     diagnostics=diagnostics or {"converged": True}, approximation=approximation or {},
+                     diagnostics=diagnostics, approximation=approximation or {},
                      predictor=predictor, model=model, model_args=tuple(args), model_kwargs=dict(kwargs), seed=seed)
 
 
@@ -77,30 +77,3 @@ def _draw_predict(rng_key, w, tau, X, b, c, probit):
         mean = jax.scipy.stats.norm.cdf(f)
         return jax.random.bernoulli(rng_key, mean).astype(jnp.int32), mean
     return f + c / jnp.sqrt(tau)[..., None] * jax.random.normal(rng_key, f.shape), f
-
-
-def rhat_ess(samples: dict) -> tuple[float, float]:
-    """Largest split R-hat and smallest bulk ESS over the coordinates that vary."""
-    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-
-    import warnings
-
-    rhats, esss = [], []
-    with warnings.catch_warnings():  # constant coordinates divide by zero; they are masked below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return _rhat_ess(samples, rhats, esss, split_gelman_rubin, effective_sample_size)
-
-
-def _rhat_ess(samples, rhats, esss, split_gelman_rubin, effective_sample_size):
-    for v in samples.values():
-        v = np.asarray(v, float)
-        if v.shape[1] < 4:
-            continue
-        varying = np.std(v.reshape(-1, *v.shape[2:]), axis=0) > 0
-        if not np.any(varying):
-            continue
-        rh = np.asarray(split_gelman_rubin(v))
-        es = np.asarray(effective_sample_size(v))
-        rhats.append(np.max(np.where(varying, rh, -np.inf)))
-        esss.append(np.min(np.where(varying, es, np.inf)))
-    return (float(max(rhats)) if rhats else float("nan")), (float(min(esss)) if esss else float("nan"))

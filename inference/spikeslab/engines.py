@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options
+from inference import _options, convergence
+from inference import progress as progress_bar
 
 from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, precision_grid, vi
-from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs, rhat_ess
+from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs
 from inference.spikeslab.structure import Problem, extract
 
 EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 200}  # inference.ep passes its tol and max_iter (same values)
@@ -121,8 +122,9 @@ def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None, quiet_f
                              + ("" if jax.config.jax_enable_x64 else FLOAT32_HINT))
 
 
-def _ep_diag(states, tol, incl, extra):
-    """EP diagnostics (key names as in ``inference.ep``); warns when EP did not converge."""
+def _ep_diag(states, tol, incl, extra, log_evidence):
+    """EP diagnostics (key names as in ``inference.ep``; ``converged``: `inference.convergence.ep`);
+    warns when EP did not converge."""
     max_change = float(np.max(np.asarray(states.max_change)))
     iterations = int(np.max(np.asarray(states.iteration)))
     if not max_change <= tol:
@@ -135,7 +137,8 @@ def _ep_diag(states, tol, incl, extra):
             " or a larger max_iter"
         _not_converged(f"spike-and-slab EP{where}", iterations, max_change, tol,
                        f"try a smaller damping (e.g. damping={extra['damping'] / 2:g}){more}")
-    return {"converged": bool(max_change <= tol), "iterations": iterations, "max_site_change": max_change,
+    return {"converged": convergence.ep(max_change, tol, log_evidence), "iterations": iterations,
+            "max_site_change": max_change,
             "num_clipped_sites": int(np.max(np.asarray(states.num_clipped))),
             "num_skipped_updates": int(np.max(np.asarray(states.num_skipped))), "inclusion_probability": incl,
             **extra}
@@ -185,7 +188,7 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     approx = {"inclusion_probability": incl, "slab_mean": a, "slab_var": b, "w_mean": m, "w_var": v}
     return build("ep", prob, model, args, kwargs, flat_draws(prob, z, w), 1, seed, log_q=log_q,
                  log_evidence=float(log_z), evidence_method="ep", approximation=approx, predictor=predictor,
-                 diagnostics=_ep_diag(state, tol, incl, {**common, "method": f"probit-{covariance}"}))
+                 diagnostics=_ep_diag(state, tol, incl, {**common, "method": f"probit-{covariance}"}, float(log_z)))
 
 
 def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common):
@@ -239,7 +242,8 @@ def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, 
 
     return build("ep", prob, model, args, kwargs, flat_draws(prob, z, w, tau), 1, seed, log_q=log_q,
                  log_evidence=log_ev, evidence_method="ep", approximation=approx, predictor=predictor,
-                 diagnostics=_ep_diag(states, tol, np.asarray(incl), {**common, "method": "gaussian-likelihood"}))
+                 diagnostics=_ep_diag(states, tol, np.asarray(incl), {**common, "method": "gaussian-likelihood"},
+                                      log_ev))
 
 
 @jax.jit
@@ -279,9 +283,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
     z = np.asarray(z, np.int32)
     incl = z.mean(axis=(0, 1))
     draws = {"z": z, "w": np.asarray(w)} | ({"precision": np.asarray(tau)} if cfg.gamma else {})
-    max_rhat, min_ess = rhat_ess(draws)
-    diag = {"converged": bool(np.isfinite(max_rhat) and max_rhat < 1.05) or not np.isfinite(max_rhat),
-            "divergences": 0, "max_rhat": max_rhat, "min_ess": min_ess, "inclusion_probability": incl,
+    diag = {**convergence.mcmc(draws), "inclusion_probability": incl,  # README.md: what `converged` means
             "mean_flips_per_scan": float(np.mean(np.asarray(flips))), "sampler": "collapsed-gibbs",
             "sampling_seconds": sampling_seconds}
     flat = flat_draws(prob, z.reshape(-1, z.shape[-1]), np.asarray(w).reshape(-1, z.shape[-1]),
@@ -292,31 +294,17 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
                  predictor=draw_predictor(model, prob, lambda: (w_c, tau_c)))
 
 
-def _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples, progress, chunk=100):
-    """Warmup then sampling: one compiled program, or chunks of ``chunk`` scans with a progress bar."""
+def _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples, progress):
+    """Warmup then sampling in one compiled program; with ``progress`` a lazy bar
+    (`inference.progress`: shown once sampling has run for a second), the draws unchanged.
+    ``k_warm`` is unused: the one program draws every scan's key from ``k_draw``."""
+    del k_warm
     nc = states.z.shape[0]
-    if not progress:
-        states, out = gibbs.sample_chains(jax.random.split(k_draw, nc), states, data, cfg, num_warmup, num_samples)
-        return states, jax.tree.map(np.asarray, out)
-    sizes = lambda total: [chunk] * (total // chunk) + ([total % chunk] if total % chunk else []) \
-        if progress else ([total] if total else [])  # noqa: E731
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=num_warmup + num_samples, desc="gibbs", unit="scan")
-    for i, size in enumerate(sizes(num_warmup)):
-        states, _ = gibbs.run_chains(jax.random.split(jax.random.fold_in(k_warm, i), nc), states, data, cfg, size, False)
-        bar is not None and bar.update(size)
-    outs = []
-    for i, size in enumerate(sizes(num_samples)):
-        states, out = gibbs.run_chains(jax.random.split(jax.random.fold_in(k_draw, i), nc), states, data, cfg, size,
-                                       True)
-        outs.append(jax.tree.map(np.asarray, out))
-        bar is not None and bar.update(size)
-    if bar is not None:
-        bar.close()
-    return states, tuple(np.concatenate(parts, axis=1) for parts in zip(*outs))
+    bar = progress_bar.Bar(progress, nc * (num_warmup + num_samples), "gibbs", "scan")
+    with progress_bar.running(bar):
+        states, out = gibbs.sample_chains(jax.random.split(k_draw, nc), states, data, cfg, num_warmup, num_samples,
+                                          bool(progress))
+    return states, jax.tree.map(np.asarray, out)
 
 
 # --------------------------------------------------------------------------- VI
@@ -353,7 +341,7 @@ def vi_posterior(model, args, kwargs, trace, *, steps=1000, seed=0, num_samples=
         _not_converged("spike-and-slab VI", iters, float(state.max_change), tol, "raise steps")
     elbo = float(state.elbo) + prob.log_scale_adjust
     trace_elbo = np.asarray(state.elbo_trace)[: min(iters, vi.TRACE_LEN)] + prob.log_scale_adjust
-    diag = {"converged": bool(state.max_change <= tol), "elbo": elbo, "elbo_trace": trace_elbo,
+    diag = {"converged": convergence.vi(float(state.max_change) <= tol, elbo), "elbo": elbo, "elbo_trace": trace_elbo,
             "iterations": iters, "max_change": float(state.max_change),
             "inclusion_probability": np.asarray(state.alpha), "method": "cavi-bernoulli-gaussian"}
     w_c = np.asarray(w)[None]

@@ -97,7 +97,10 @@ def test_mcmc_posterior_result(circle_fit):
     assert post.engine == "mcmc" and post.samples["f"].shape == (4, 1500, 30)
     assert post.samples["eps"].shape == (4, 1500) and post.log_likelihood["y"].shape == (4, 1500, 30)
     d = post.diagnostics
-    assert d["converged"] and d["max_rhat"] < 1.05 and d["min_ess"] >= 100 and d["divergences"] == 0
+    assert d["max_rhat"] < 1.05 and d["min_ess"] >= 100 and d["divergences"] == 0  # mixes
+    # `converged` is the one MCMC rule (inference.convergence, Vehtari et al. 2021), stricter than
+    # the 1.05 this path used to apply: this run (R-hat 1.027, bulk ESS 257 of 6000 draws) is not
+    assert d["converged"] is (d["max_rhat"] < 1.01 and d["min_ess"] >= 100 * 4)
     assert d["thinning"] == ess.default_thinning(30)
     assert np.all(np.isfinite(post.sample_stats["lp"]))
 

@@ -23,7 +23,7 @@ XR[:, 5] = 1.0  # a constant gene: acts as an intercept
 YR = 1.0 + XR[:, 0] - 0.8 * XR[:, 2] + 0.5 * RNG.normal(size=30)
 XP = XR.copy()
 YP = (XR[:, 0] - XR[:, 2] + 0.3 * RNG.normal(size=30)) > 0
-FAST = {"ep": {"num_samples": 400}, "mcmc": {"num_samples": 600, "num_warmup": 200, "num_chains": 2},
+FAST = {"ep": {"num_samples": 400}, "mcmc": {"num_samples": 1000, "num_warmup": 200, "num_chains": 2},  # bulk ESS ~340 >= 200
         "vi": {"num_samples": 400}}
 ENGINES = {"ep": inference.ep, "mcmc": inference.mcmc, "vi": inference.vi}
 CASES = {"regression": (spike_and_slab_regression, (XR, YR), {"p_incl": 0.3}),
