@@ -354,7 +354,7 @@ def check_program(model, args: tuple, kwargs: dict):
     out_tree = jax.tree.structure(shapes)
     consts = list(closed.consts)
     fp = fingerprint(model, args, kwargs)
-    text = str(closed.jaxpr) + str(out_tree) + repr([(np.shape(c), str(np.result_type(c))) for c in consts])
+    text = str(closed.jaxpr) + str(out_tree) + repr([(np.shape(c), str(np.asarray(c).dtype)) for c in consts])
     key = ("check", model, None if fp is None else fp.local, sp.key, hashlib.sha256(text.encode()).hexdigest())
 
     def both(consts, arrays):  # one program: the constants version, then the traced one
