@@ -87,6 +87,12 @@ def model_kwargs(kwargs: dict, extra) -> dict:
     return {**kwargs, **extra}
 
 
+# Warnings point at the user's line that called into the project, however deep they are raised
+# (``warnings.warn(..., skip_file_prefixes=INTERNAL)``): a fixed stacklevel points into the
+# engine whenever a call goes through one more function (`inference.compiled.scoped`).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INTERNAL = (os.path.join(_ROOT, "inference") + os.sep, os.path.join(_ROOT, "probmodels") + os.sep)
+
 TOL_FLOOR_EPS = 30  # the smallest usable tol, in machine epsilons of the working precision
 
 

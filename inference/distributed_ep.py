@@ -255,7 +255,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     if not converged:
         warnings.warn(f"distributed EP did not converge in {it} iterations (largest change {change:.3g} > "
                       f"tol={tol:g}); lower damping, raise max_iter, or use more local draws", RuntimeWarning,
-                      stacklevel=2)
+                      skip_file_prefixes=_options.INTERNAL)
 
     log_z = None
     if np.all(np.isfinite(log_sk)):

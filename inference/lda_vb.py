@@ -633,7 +633,7 @@ def _vb_posterior(method, model, args, kwargs, trace, *, steps, num_samples, see
                              method=method, steps=steps, tol=tol, seed=seed, progress=progress, **options)
     if not diagnostics["converged"]:
         warnings.warn(f"LDA {method} VB stopped at steps={steps} before the ELBO settled (tol={tol}): raise "
-                      "steps or tol", stacklevel=3)
+                      "steps or tol", skip_file_prefixes=_options.INTERNAL)
     return _posterior_from_q(model, args, kwargs, trace, np.asarray(state.gamma, float), np.asarray(state.lam, float),
                              diagnostics, num_samples, seed, log_evidence=diagnostics["elbo"])
 
@@ -821,7 +821,7 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
         bar.close()
     if not converged:
         warnings.warn(f"LDA stochastic VI stopped at steps={steps} before the loss settled (tol={tol}): raise "
-                      "steps or tol", stacklevel=3)
+                      "steps or tol", skip_file_prefixes=_options.INTERNAL)
     params = svi.get_params(svi_state)
     trace_elbo = -np.concatenate(losses)
     diagnostics = {"converged": convergence.vi(converged, trace_elbo[-1]), "method": "stochastic",

@@ -129,7 +129,7 @@ def mcmc(
     if diagnostics["divergences"]:
         warnings.warn(
             f"{diagnostics['divergences']} divergent transitions: raise target_accept (now "
-            f"{target_accept}) or reparameterise the model", stacklevel=2)
+            f"{target_accept}) or reparameterise the model", skip_file_prefixes=_options.INTERNAL)
     post = Posterior(
         engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
         sample_stats=sample_stats, diagnostics=diagnostics, model=model, model_args=args,

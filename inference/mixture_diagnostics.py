@@ -30,6 +30,8 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
 
+from inference import _options
+
 TRUNCATION_TOL = 0.01
 PARETO_K_POOR = 0.7
 
@@ -86,7 +88,7 @@ def check_truncation(weights, tol: float = TRUNCATION_TOL, warn: bool = True) ->
            "truncation_ok": bool(mass.mean() <= tol)}
     if warn and not out["truncation_ok"]:
         warnings.warn(f"the DP mixture puts {mass.mean():.3g} posterior mass (> {tol}) beyond its truncation "
-                      f"level of {np.shape(weights)[-1]} components: raise truncation", stacklevel=3)
+                      f"level of {np.shape(weights)[-1]} components: raise truncation", skip_file_prefixes=_options.INTERNAL)
     return out
 
 
@@ -312,7 +314,7 @@ def check_collapse(post, warn: bool = True):
                 f"degenerate {post.engine} fit: {'; '.join(what) or 'a degenerate mode'} (chains "
                 f"{report['chains']}), and its log likelihood is {gap:.3g} nats short of the model's "
                 "data-driven start, so the data support more: converged=False. Rerun with another seed "
-                "or more chains", stacklevel=3)
+                "or more chains", skip_file_prefixes=_options.INTERNAL)
     return post.replace(diagnostics=diagnostics)
 
 
@@ -379,7 +381,7 @@ def summarise(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True) -
         if poor and warn:
             warnings.warn("the Laplace approximation of this mixture is poor: " + "; ".join(poor)
                           + ". Use fewer components, inference.vi(..., method='cavi') or inference.mcmc",
-                          stacklevel=3)
+                          skip_file_prefixes=_options.INTERNAL)
     return out
 
 

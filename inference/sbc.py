@@ -22,7 +22,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.primitives import Messenger
 
-from inference import compiled, _model, _options
+from inference import _model, _options, compiled
 
 _DEFAULTS = {
     "mcmc": {"num_warmup": 400, "num_samples": 400, "num_chains": 2},
@@ -227,7 +227,7 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
                 post = fit(conditioned, *args, seed=seed + r, **options, _sbc_data=data, **kwargs)
         except (ValueError, FloatingPointError, np.linalg.LinAlgError) as exc:
             failures += 1
-            warnings.warn(f"SBC replicate {r}: the fit failed ({exc})", stacklevel=2)
+            warnings.warn(f"SBC replicate {r}: the fit failed ({exc})", skip_file_prefixes=_options.INTERNAL)
             continue
         flat = np.concatenate([np.asarray(post.samples[p], dtype=float).reshape(
             post.samples[p].shape[0] * post.samples[p].shape[1], -1) for p in params], axis=1)

@@ -208,7 +208,7 @@ def vi(
         bar.close()
     if not converged:
         warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
-                      stacklevel=2)
+                      skip_file_prefixes=_options.INTERNAL)
     params = svi.get_params(state)
     values, log_q, lp = progs.draw(params, draw_key, data)
     flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)

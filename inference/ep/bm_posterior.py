@@ -39,7 +39,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 
-from inference import _model, convergence
+from inference import _model, _options, convergence
 from inference._special import _base
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -195,11 +195,11 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
             f"Bayes-machine EP did not converge in {diagnostics['iterations']} sweeps (largest site change "
             f"{diagnostics['max_site_change']:.3g} > tol={tol:g}, final damping {float(res.damping):g}); try "
             f"a smaller damping (e.g. damping={float(res.damping) / 2:g}), schedule='sequential' or a larger "
-            f"max_iter", RuntimeWarning, stacklevel=3)
+            f"max_iter", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
     log_evidence, method = float(res.log_evidence), "ep"
     if not np.isfinite(log_evidence):
         warnings.warn("Bayes-machine EP's log evidence is not finite at the final state", RuntimeWarning,
-                      stacklevel=3)
+                      skip_file_prefixes=_options.INTERNAL)
         log_evidence, method = None, None
     if sparse is not None:
         diagnostics.update(active_set_size=int(active_set_size), num_swaps=int(sparse.num_swaps),

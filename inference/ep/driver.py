@@ -143,12 +143,12 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         warnings.warn(
             f"EP did not converge in {iterations} sweeps (largest site change {float(change):.3g} > tol={tol:g}); "
             f"try a smaller damping (e.g. damping={damping / 2:g}), a larger max_iter, or "
-            f"schedule='sequential'", RuntimeWarning, stacklevel=2)
+            f"schedule='sequential'", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     if log_z is None:
         warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
-                      RuntimeWarning, stacklevel=2)
+                      RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
         raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")

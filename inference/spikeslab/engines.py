@@ -52,7 +52,7 @@ FLOAT32_HINT = ("; in float32 (JAX's default) the full-covariance (Woodbury) upd
 def _not_converged(what, iterations, change, tol, hint):
     hint += "" if jax.config.jax_enable_x64 else FLOAT32_HINT
     warnings.warn(f"{what} did not converge in {iterations} sweeps (largest change {change:.3g} > tol={tol:g}); "
-                  f"{hint}", RuntimeWarning, stacklevel=3)
+                  f"{hint}", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
 
 
 # --------------------------------------------------------------------------- EP
@@ -115,7 +115,7 @@ def _stable_run(run, finalize, attempts, state_of=lambda s: s, tol=None, quiet_f
             if (damping, seq) != attempts[0] and not (quiet_first and (damping, seq) == attempts[1]):
                 warnings.warn(f"spike-and-slab EP diverged or oscillated with damping={attempts[0][0]:g}, schedule="
                               f"{'sequential' if attempts[0][1] else 'parallel'}; used damping={damping:g}, "
-                              f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, stacklevel=4)
+                              f"schedule={'sequential' if seq else 'parallel'}", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
             return state, out, (damping, seq)
     raise FloatingPointError(f"spike-and-slab EP diverged (non-finite site parameters) even with damping="
                              f"{attempts[-1][0]:g}; check the data scale (standardise the genes)"

@@ -111,3 +111,19 @@ def test_ep_reaches_the_sparse_bayes_machine():
     np.testing.assert_allclose(post.approximation["mean"], np.asarray(direct.f_mean), rtol=1e-12, atol=1e-12)
     assert post.samples["f"].shape == (1, 50, 60)
     assert post.log_evidence is None  # the active labels' evidence is not p(y)
+
+
+def test_engine_warnings_point_at_the_callers_line():
+    """Warnings are raised with ``skip_file_prefixes=_options.INTERNAL``: they name the user's line
+    that called the engine, however deep inside the project they are raised (a fixed stacklevel
+    pointed into the engine once calls went through `inference.compiled.scoped`)."""
+    import warnings
+
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = X @ np.array([1.0, -1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inference.vi(probmodels.linear_regression, X, y, noise_scale=1.0, steps=20, check_every=10,
+                     num_samples=10, progress=False)
+    plateau = [w for w in caught if "ELBO plateau" in str(w.message)]
+    assert plateau and plateau[0].filename == __file__
