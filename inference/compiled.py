@@ -176,9 +176,9 @@ def fingerprint(model, args: tuple, kwargs: dict) -> Fingerprint | None:
 
 def _fingerprint(model, sp: Split) -> Fingerprint | None:
     """One trace of ``model`` with the data traced and recovery on (`inference.latent`): each
-    site's value, log density, scale, mask and bijection to unconstrained space, each
-    deterministic site, the jaxpr's constants and a table of the sites' names, types, supports
-    and ``infer`` settings."""
+    site's value, log density, scale, mask and bijection to unconstrained space, its declared start
+    (`inference.latent.Start`, which the engines' programs run), each deterministic site, the
+    jaxpr's constants and a table of the sites' names, types, supports and ``infer`` settings."""
     import jax.numpy as jnp
     from numpyro import handlers
     from numpyro.distributions.transforms import biject_to
@@ -210,6 +210,9 @@ def _fingerprint(model, sp: Split) -> Fingerprint | None:
                     bijection = biject_to(fn.support)  # traced only: the values are meaningless
                     u = bijection.inv(value)
                     parts += [u, bijection.log_abs_det_jacobian(u, value)]
+                start = (site.get("infer") or {}).get("init")
+                if start is not None and not site["is_observed"]:  # a declared start runs inside the
+                    parts.append(start(site["kwargs"]["rng_key"]))  # engines' programs: its code too
                 out.append(parts)
             elif site["type"] in ("deterministic", "param"):
                 out.append(site["value"])

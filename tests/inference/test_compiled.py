@@ -318,3 +318,49 @@ def test_a_sparse_matrix_argument_is_keyed_by_its_contents():
     B.data[0] += 1.0
     assert compiled.split((B,), {"num_topics": 3}).key != key
     assert compiled.split((A.tocsc(),), {"num_topics": 3}).key != key  # another format: another program
+
+
+START = 0.0
+
+
+def _started(y=None):
+    from inference.latent import Start
+
+    start = Start(lambda key: jnp.asarray(START, jnp.result_type(float)), "tests START")
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0), infer={"init": start})
+    numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_a_refit_after_a_declared_start_changed_starts_from_the_new_start(x64, monkeypatch):
+    """A declared start (`inference.latent.Start`) runs inside the kept NUTS program, but the key
+    saw only its label: after the global it reads changed, a refit reused the program that started
+    from the old value (same draws), and a new process with the persistent cache on reused an
+    exported program after the mixture start's code changed. Its computation is in the key now:
+    the refit gives, bitwise, the draws of a fit with nothing kept."""
+    y = np.random.default_rng(0).normal(size=10)
+    opts = dict(num_warmup=5, num_samples=5, num_chains=1, seed=0, progress=False)
+    with jax.enable_x64(x64):
+        compiled.clear()
+        monkeypatch.setattr(sys.modules[__name__], "START", 0.0)
+        first = inference.mcmc(_started, y=y, **opts).samples["mu"]
+        monkeypatch.setattr(sys.modules[__name__], "START", 30.0)
+        refit = inference.mcmc(_started, y=y, **opts).samples["mu"]
+        compiled.clear()
+        fresh = inference.mcmc(_started, y=y, **opts).samples["mu"]
+    assert not np.array_equal(refit, first)
+    np.testing.assert_array_equal(refit, fresh)
+
+
+def test_the_mixture_start_code_enters_the_key(monkeypatch):
+    """The library's mixture start (`probmodels.mixtures.start`, run by every engine's program but
+    never by the model's own trace) is part of the fingerprint: another start gives another one."""
+    import probmodels
+    from probmodels import mixtures
+
+    X = np.random.default_rng(0).normal(size=(30, 1))
+    before = compiled.fingerprint(probmodels.gaussian_mixture, (X,), {"num_components": 2})
+    original = mixtures.start
+    monkeypatch.setattr(mixtures, "start", lambda *a: {k: v + 1.0 for k, v in original(*a).items()})
+    after = compiled.fingerprint(probmodels.gaussian_mixture, (X,), {"num_components": 2})
+    assert before is not None and after is not None and after != before
