@@ -249,7 +249,8 @@ def _entry(tag, model, args, kwargs, options, build):
         except TypeError:
             key = None
     if key is None or key in _CONSTANTS or not traceable(model, args, kwargs):
-        return build(lambda _arrays: (tuple(args), dict(kwargs))), [], None, False
+        constants = _fresh(args, kwargs)
+        return build(lambda _arrays: constants), [], None, False
     fn = _CACHE.get(key)
     if fn is not None:
         _CACHE.move_to_end(key)
@@ -278,7 +279,8 @@ def call(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Call
     except _TRACER_ERRORS:  # this step needs concrete data: keep them constant for this key
         _CACHE.pop(key, None)
         _CONSTANTS.add(key)
-        return build(lambda _arrays: (tuple(args), dict(kwargs)))([], *extra)
+        constants = _fresh(args, kwargs)
+        return build(lambda _arrays: constants)([], *extra)
 
 
 def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Callable, persist=False):
@@ -342,6 +344,7 @@ def check_program(model, args: tuple, kwargs: dict):
     from numpyro.infer.util import log_density
 
     sp = split(args, kwargs)
+    args, kwargs = _fresh(args, kwargs)
 
     def with_constants():  # the model sees its concrete data: a draw and its log joint, one trace
         seeded = handlers.seed(model, rng_seed=0)
@@ -370,6 +373,18 @@ def check_program(model, args: tuple, kwargs: dict):
     except TypeError:  # an unhashable key: not kept
         fn = jax.jit(both)
     return fn, consts, sp.arrays
+
+
+def _fresh(args: tuple, kwargs: dict) -> tuple:
+    """``(args, kwargs)`` with every NumPy array leaf copied, for programs that close over the data.
+    JAX keeps the device copy of a NumPy constant per array object: an array first closed over with
+    float64 off stays float32 in a later trace with it on (jax 0.12, ``jax.enable_x64``), and the
+    program then mixes float32 and float64. A new object is converted anew."""
+    def copy(x):
+        return np.array(x, copy=True) if isinstance(x, np.ndarray) else x
+
+    a, kw = jax.tree_util.tree_map(copy, (tuple(args), dict(kwargs)))
+    return tuple(a), dict(kw)
 
 
 def _log_joint(trace):
