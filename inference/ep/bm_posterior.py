@@ -188,7 +188,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
         "max_site_change": float(res.max_change), "num_skipped_updates": int(res.num_skipped),
         "num_clipped_sites": int(res.num_clipped), "schedule": schedule, "damping": float(res.damping),
         "jitter": float(res.jitter), "algorithm": "bayes-machine-ep", "learn_noise": parts.learn_noise,
-        "negative_sites": negative_sites,
+        "negative_sites": negative_sites, "tol": tol,
     }
     if not diagnostics["converged"]:
         warnings.warn(

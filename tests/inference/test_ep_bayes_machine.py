@@ -423,3 +423,18 @@ def test_float32_converges():
     out = subprocess.run([sys.executable, "-c", _F32_SCRIPT], capture_output=True, text=True, env=env, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["converged"] and not [m for m in res["warnings"] if "did not converge" in m]
+
+
+def test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor():
+    """inference.ep passed its raw tol (1e-6) to the Bayes machine's EP, which the generic EP
+    raises to 30 float32 epsilons in float32: a float32 fit at defaults ended at site change
+    ~2.7e-6 and said converged=False although its answer was right."""
+    import inference
+    from inference import _options
+
+    X, y = circle(60, 0.1, 0)
+    with jax.enable_x64(False):
+        post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
+    floor = _options.working_tol(1e-6, np.float32)
+    assert post.diagnostics["tol"] == pytest.approx(floor) and floor > 1e-6
+    assert post.diagnostics["converged"] and post.samples["f"].dtype == np.float32
