@@ -12,8 +12,8 @@ Hessian raises `SingularHessianError` naming the sites involved, never NaN.
 
 Example:
     >>> import numpy as np, inference, probmodels
-    >>> X = np.random.default_rng(0).normal(size=(40, 2)); y = X @ np.array([1.0, -1.0])
-    >>> post = inference.laplace(probmodels.linear_regression, X, y, noise_scale=1.0)
+    >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
+    >>> post = inference.laplace(probmodels.linear_regression, X, y, noise_scale=1.0, num_samples=100)
     >>> post.evidence_method
     'laplace'
 """

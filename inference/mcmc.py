@@ -7,7 +7,7 @@ gradient-free likelihoods (the Bayes machine's step) to elliptical slice samplin
 
 Example:
     >>> import numpy as np, inference, probmodels
-    >>> X = np.random.default_rng(0).normal(size=(40, 2)); y = X @ np.array([1.0, -1.0])
+    >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
     >>> post = inference.mcmc(probmodels.linear_regression, X, y, noise_scale=1.0,
     ...                       num_samples=200, num_warmup=200, num_chains=2, progress=False)
     >>> post.samples["w"].shape

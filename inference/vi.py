@@ -8,9 +8,9 @@ step size, or after ``steps`` steps. Draws come from the fitted guide, with the 
 
 Example:
     >>> import numpy as np, inference, probmodels
-    >>> X = np.random.default_rng(0).normal(size=(40, 2)); y = X @ np.array([1.0, -1.0])
+    >>> X = np.random.default_rng(0).normal(size=(30, 2)); y = X @ np.array([1.0, -1.0])
     >>> post = inference.vi(probmodels.linear_regression, X, y, noise_scale=1.0, guide="mvn",
-    ...                     steps=3000, learning_rate=0.05, check_every=250, progress=False)
+    ...                     steps=3000, learning_rate=0.05, check_every=250, num_samples=100, progress=False)
     >>> post.evidence_method
     'elbo'
 """

@@ -320,7 +320,7 @@ def hmm(obs=None, num_states=2, *, emission="gaussian", lengths=None, num_steps=
 
     Example:
         >>> import numpy as np, inference, probmodels
-        >>> obs = np.r_[np.zeros(20), 3 * np.ones(20)] + 0.1 * np.random.default_rng(0).normal(size=40)
+        >>> obs = np.r_[np.zeros(20), 3 * np.ones(20)] + 0.5 * np.random.default_rng(0).normal(size=40)
         >>> post = inference.laplace(probmodels.hmm, obs, num_states=2, num_samples=50)
         >>> np.round(post.mean("locs")).tolist() == [0.0, 3.0], post.samples["states"].shape
         (True, (1, 50, 40))

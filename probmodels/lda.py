@@ -135,11 +135,12 @@ def lda(counts, num_topics: int = 10, *, alpha: float = 0.1, eta: float = 0.01, 
     subsampled step (None: all).
 
     Example:
-        >>> import numpy as np, inference, probmodels
-        >>> counts = np.random.default_rng(0).poisson(1.0, size=(30, 40))
+        >>> import inference, probmodels
+        >>> from probmodels.datasets import lda_corpus
+        >>> counts = lda_corpus(40, vocab_size=30, num_topics=3, seed=0).counts   # (documents, words)
         >>> post = inference.vi(probmodels.lda, counts, num_topics=3, method="batch", steps=20, num_samples=10)
         >>> post.samples["topics"].shape, post.samples["theta"].shape
-        ((1, 10, 3, 40), (1, 10, 30, 3))
+        ((1, 10, 3, 30), (1, 10, 40, 3))
     """
     terms = document_terms(counts)
     num_topics = _checks.positive_int(num_topics, "num_topics")

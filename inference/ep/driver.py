@@ -99,11 +99,10 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
 
     Example:
         >>> import numpy as np, inference, probmodels
-        >>> X = np.random.default_rng(0).normal(size=(100, 2))
-        >>> y = (X @ np.array([2.0, -1.0]) > 0).astype(int)
-        >>> post = inference.ep(probmodels.probit_regression, X, y, progress=False)
+        >>> X = np.random.default_rng(0).normal(size=(50, 2)); y = (X[:, 0] > 0).astype(float)
+        >>> post = inference.ep(probmodels.probit_regression, X, y, num_samples=200, progress=False)
         >>> post.diagnostics["converged"], post.evidence_method, post.samples["w"].shape
-        (True, 'ep', (1, 1000, 2))
+        (True, 'ep', (1, 200, 2))
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
