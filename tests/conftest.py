@@ -39,7 +39,7 @@ collect_ignore = _unverified()
 # (by --durations: the notebooks ~260 s, the docstrings ~170 s, ...) go first, so their tests
 # spread over both workers from the start.
 LONG_FIRST = (
-    "notebooks/test_notebooks.py", "docs/test_docstrings.py", "inference/test_stress.py",
+    "inference/test_defaults_matrix.py", "notebooks/test_notebooks.py", "docs/test_docstrings.py", "inference/test_stress.py",
     "probmodels/test_mixtures.py", "probmodels/test_hmm.py", "inference/test_persistence.py",
     "inference/test_spikeslab_engines.py", "inference/test_sharding.py", "inference/test_distributed_ep.py",
 )

@@ -323,14 +323,55 @@ CASES = {
                     for e in ("mcmc", "vi", "laplace")}),
     # f64 max: VI (online VB, the default; 12000 words) 0.012; NUTS (2 topics, 20 words, 40
     # documents, 2000 words) 0.027; the data alone put the topics ~0.015 / ~0.03 from the truth
-    "lda": (probmodels.lda, lambda s, e: _lda(s, e == "mcmc"), _lda_measure,
-            {"mcmc": {"topic_tv": 0.1}, "vi": {"topic_tv": 0.05}}),
+    # NUTS is not offered for LDA (README: with the default sparse Dirichlet priors it diverges,
+    # 190-300 divergent transitions here, and says converged=False; topics on a tiny corpus were
+    # still within 0.033 of the truth)
+    "lda": (probmodels.lda, lambda s, e: _lda(s, e == "mcmc"), _lda_measure, {"vi": {"topic_tv": 0.05}}),
 }
 
-CELLS = [(name, engine, dtype) for name, case in CASES.items() for engine in case[3] for dtype in DTYPES]
+# Cells whose three seeds took more than ~15 s on one worker of `make test` (measured 2026-11-25:
+# GP classifier NUTS 32-45 s, DP mixture VI ~30 s, Gaussian mixture NUTS ~27 s, ...; DP mixture NUTS
+# ~90 s a seed): by default they run seed 0, and `make test-all` (the `slow` marker) seeds 1 and 2.
+EXPENSIVE = {("dp_mixture", "mcmc"), ("dp_mixture", "vi"), ("dp_mixture", "laplace"), ("gaussian_mixture", "mcmc"),
+             ("gaussian_mixture", "vi"), ("gaussian_mixture", "laplace"), ("gp_classifier", "mcmc"),
+             ("gp_classifier", "vi"), ("gp_classifier", "laplace"), ("hmm", "mcmc"), ("hmm", "vi"),
+             ("hmm", "laplace"), ("lda", "vi"), ("linear_regression", "vi"), ("spike_and_slab_probit", "mcmc"),
+             ("spike_and_slab_regression", "mcmc")}
+# Known defects, kept visible (strict: the cell fails the suite once it starts passing):
+KNOWN = {
+    ("gp_classifier", "vi"): "mean-field VI on the centred GP latent stops at a poor optimum (ELBO -90 "
+                             "against EP's log Z -18; predictive error 0.46-0.61) and reports converged",
+    ("dp_mixture", "mcmc"): "NUTS at defaults keeps a spurious occupied component (location error 1.1-1.7; "
+                            "reported converged=False)",
+    ("dp_mixture", "laplace"): "the truncated DP's Hessian is indefinite at the mode (SingularHessianError)",
+}
 
 
-def run_cell(name, engine, dtype):
+def _cells():
+    out = []
+    for name, case in CASES.items():
+        for engine in case[3]:
+            for dtype in DTYPES:
+                marks = []
+                if (name, engine) in KNOWN:
+                    marks.append(pytest.mark.xfail(strict=True, reason=KNOWN[(name, engine)]))
+                if (name, engine) in EXPENSIVE:
+                    rest = marks + [pytest.mark.slow]
+                    if (name, engine) in KNOWN:
+                        marks = rest  # a known failure that is also expensive runs with the slow checks only
+                    out.append(pytest.param(name, engine, dtype, SEEDS[1:], marks=rest,
+                                            id=f"{name}-{engine}-{dtype}-seeds12"))
+                    seeds = SEEDS[:1]
+                else:
+                    seeds = SEEDS
+                out.append(pytest.param(name, engine, dtype, seeds, marks=marks, id=f"{name}-{engine}-{dtype}"))
+    return out
+
+
+CELLS = _cells()
+
+
+def run_cell(name, engine, dtype, seeds=SEEDS):
     """Fit one cell (default engine options) for each seed; returns a dict per seed with the
     error measures, ``converged``, non-finite sites, floating dtypes, the fit's wall and CPU seconds."""
     import time
@@ -338,7 +379,7 @@ def run_cell(name, engine, dtype):
     model, data, measure, _ = CASES[name]
     out = []
     with jax.enable_x64(dtype == "float64"):
-        for seed in SEEDS:
+        for seed in seeds:
             args, kwargs, ref = data(seed, engine)
             t0, c0 = time.perf_counter(), time.process_time()
             post = getattr(inference, engine)(model, *args, seed=seed, **kwargs)
@@ -362,11 +403,11 @@ def test_float32_and_float64_fits_in_one_process():
         assert np.max(np.abs(post.mean("w") - mean) / sd) < CASES["linear_regression"][3]["laplace"]["mean_err_sd"]
 
 
-@pytest.mark.parametrize("name, engine, dtype", CELLS, ids=["-".join(c) for c in CELLS])
-def test_defaults(name, engine, dtype):
+@pytest.mark.parametrize("name, engine, dtype, seeds", CELLS)
+def test_defaults(name, engine, dtype, seeds):
     tol = CASES[name][3][engine]
     problems = []
-    for r in run_cell(name, engine, dtype):
+    for r in run_cell(name, engine, dtype, seeds):
         where = f"{name} {engine} {dtype} seed {r['seed']}"
         errors = ", ".join(f"{k} {v:.3g} (tol {tol[k]:g})" for k, v in r["errors"].items())
         print(f"{where}: {errors}, converged={r['converged']}, {r['seconds']:.1f} s (CPU {r['cpu']:.1f} s)")
