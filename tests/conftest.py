@@ -45,6 +45,22 @@ LONG_FIRST = (
 )
 
 
+# Switching float64 off and on in one process (``jax.enable_x64``, the float32 tests) can leave JAX's
+# caches holding float32 copies of NumPy constants that a later float64 trace reuses: programs with
+# mixed f32/f64 operands (measured with jax 0.12; `inference.compiled` copies the data it closes
+# over for that reason). After a test that ran in float32, every kept program and JAX cache is
+# dropped, so the tests after it on the same worker start clean.
+_FLOAT32_TESTS = ("float32", "single_precision", "x64=False", "x64-False", "f32")
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if any(word in item.nodeid for word in _FLOAT32_TESTS):
+        from inference import compiled
+
+        compiled.clear()
+        jax.clear_caches()
+
+
 def pytest_collection_modifyitems(config, items):
     import pathlib
 
