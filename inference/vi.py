@@ -32,7 +32,7 @@ from numpyro.infer import autoguide
 from numpyro.infer.util import log_density
 from numpyro.optim import optax_to_numpyro
 
-from inference import _model, _options, _special, compiled, convergence, sharding
+from inference import _model, _options, _special, compiled, convergence, sharding, whiten
 from inference.posterior import Posterior
 from inference.progress import Bar
 
@@ -67,7 +67,8 @@ def vi(
     """Fit ``guide`` to the posterior of ``model(*args, **kwargs)`` by maximising the ELBO.
 
     ``guide``: ``"normal"`` (mean-field), ``"mvn"`` (full-rank), ``"lowrank"``, ``"flow"`` (inverse
-    autoregressive flow) or any NumPyro guide. ``optimizer``: an Optax transformation (default Adam
+    autoregressive flow) or any NumPyro guide; a named guide fits a multivariate-normal latent (a
+    GP's ``f``) in whitened coordinates, ``f = loc + L z`` (`inference.whiten`). ``optimizer``: an Optax transformation (default Adam
     at ``learning_rate`` with plateau reductions). ``method``: ``"svi"``, or a coordinate-ascent
     scheme a model family offers (listed in ``model.vi_methods``); ``None`` (default): the family's
     ``"default"`` scheme where it lists one (LDA: online VB), else ``"svi"``. ``shard_data``: ``True`` (all
@@ -148,22 +149,26 @@ def vi(
 
     guide_name = guide if isinstance(guide, str) else type(guide).__name__
     tunable = optimizer is None
+    # an autoguide is fitted to multivariate-normal latents (a GP's f) in whitened coordinates
+    starts = _model.init_values(model, args, kwargs, seed)
+    white = whiten.sites(trace) if isinstance(guide, str) and starts is None else []
+    fit_model = whiten.whitened(model, white) if white else model
 
     def build(model_inputs):
         """Guide, SVI and the compiled ELBO steps and draws, for one model structure."""
         g = guide
         if isinstance(g, str):
-            g = GUIDES[g](model, init_loc_fn=_model.init_strategy(
+            g = GUIDES[g](fit_model, init_loc_fn=_model.init_strategy(
                 model, args, kwargs, seed, init_to_median(num_samples=15)))
         optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate) if tunable else optimizer
-        svi = SVI(model, g, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
+        svi = SVI(fit_model, g, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
 
         @jax.jit
         def run_chunk(state, data):
             a, kw = model_inputs(data)
             return lax.scan(lambda s, _: svi.update(s, *a, **kw), state, None, length=check_every)
 
-        return _Programs(g, svi, run_chunk, _draw_fn(model, g, model_inputs, num_samples))
+        return _Programs(g, svi, run_chunk, _draw_fn(model, g, model_inputs, num_samples, fit_model, white))
 
     if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
         data = sharding.prepare(model, args, kwargs, trace, mesh)
@@ -256,14 +261,19 @@ class _Programs(NamedTuple):
     draw: Callable
 
 
-def _draw_fn(model, guide, model_inputs, num_samples):
-    """Draws of the model's latent sites from the guide, with log q and the model's log joint at
-    each (both densities in the constrained space of the latent sites)."""
+def _draw_fn(model, guide, model_inputs, num_samples, fit_model, white):
+    """Draws of the model's latent sites from the guide (fitted to ``fit_model``: ``model``, or
+    ``model`` with the sites ``white`` whitened), with log q and the model's log joint at each
+    (both densities in the constrained space of ``model``'s latent sites)."""
+
+    def latent_names(m, a, kw):
+        return [n for n, s in handlers.trace(handlers.seed(m, 0)).get_trace(*a, **kw).items()
+                if s["type"] == "sample" and not s["is_observed"]]
 
     def draw(params, key, data):
         a, kw = model_inputs(data)
-        latent = [n for n, s in handlers.trace(handlers.seed(model, 0)).get_trace(*a, **kw).items()
-                  if s["type"] == "sample" and not s["is_observed"]]
+        latent = latent_names(model, a, kw)
+        fit_latent = latent if fit_model is model else latent_names(fit_model, a, kw)
 
         def one(k):
             tr = handlers.trace(handlers.seed(handlers.substitute(guide, data=params), k)).get_trace(*a, **kw)
@@ -273,9 +283,19 @@ def _draw_fn(model, guide, model_inputs, num_samples):
                     inter = site.get("intermediates")
                     lq = site["fn"].log_prob(site["value"], inter) if inter else site["fn"].log_prob(site["value"])
                     log_q = log_q + jnp.sum(lq) * (site.get("scale") or 1.0)
-            values = {n: tr[n]["value"] for n in latent}
-            lp, _ = log_density(model, a, kw, values)
-            return values, log_q, lp
+            if fit_model is model:
+                values = {n: tr[n]["value"] for n in latent}
+                lp, _ = log_density(model, a, kw, values)
+                return values, log_q, lp
+            # whitened: f = loc + L z; q and the joint both change by the Jacobian |L| from z to f
+            # (taken from L's diagonal: in float32 the density of f itself needs L^-1 f, far less
+            # accurate than z for an ill-conditioned kernel matrix)
+            z = {n: tr[n]["value"] for n in fit_latent}
+            ftr = handlers.trace(handlers.substitute(handlers.seed(fit_model, 0), data=z)).get_trace(*a, **kw)
+            values = {n: ftr[n]["value"] for n in latent}
+            lp_z, _ = log_density(fit_model, a, kw, z)
+            log_det = whiten.log_abs_det(model, a, kw, values, white)
+            return values, log_q - log_det, lp_z - log_det
 
         return jax.vmap(one)(jax.random.split(key, num_samples))
 
