@@ -216,7 +216,7 @@ def test_log_density_gradient_memory_is_nonzeros_times_topics():
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_default_vi_method_recovers_simulated_topics(x64, seed):
     """``inference.vi(lda, counts, num_topics=K)`` with default options runs online VB, the best
     method measured (K = 5, V = 200, D = 300, 2 corpora x 3 seeds, float32 and float64: mean total
@@ -225,7 +225,8 @@ def test_default_vi_method_recovers_simulated_topics(x64, seed):
     disjoint topics (pairwise total variation > 0.9), D = 150 of ~80 words: the tolerance 0.1
     is about 4x the sampling error of topics estimated from ~4000 words each, and a merged or
     split topic costs about 0.3 or more. Before: SVI, at 0.28-0.73 here in float64 reported converged, and
-    a non-finite ELBO in float32."""
+    a non-finite ELBO in float32. Seeds 1 and 2 run with the slow checks; the defaults matrix's
+    lda-vi cells run the same default on another corpus by default."""
     corpus = lda_corpus(150, vocab_size=40, num_topics=3, doc_length=80.0, seed=0)  # one shape: one compile
     with jax.enable_x64(x64):
         post = inference.vi(lda, corpus.counts, num_topics=3, seed=seed, num_samples=50, progress=False)
