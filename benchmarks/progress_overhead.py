@@ -28,7 +28,12 @@ import sys
 from collect_results import write_report
 
 REPEATS = 41
-NOTE = ("Before: " + 'the code before the lazy bars (`--before` a checkout of it); the "no bar" columns differ between before and after through other changes of the same session (program keys), not the bars. Machine load average ~10 on 2 cores during the run: medians are noisy to a few ms. NUTS: any host callback in the compiled program costs ~4-7 ms per call however few (1, 2 or 20 callbacks measured alike, 80: +20 ms), so a bar on a 0.03 s NUTS fit costs ~10-17%, before as after (the before row\'s -1% is noise: 81 alternating calls of the before code gave 23.5 vs 28.0 ms, +19%; after 31.2 vs 35.5 ms, +14%); removing it needs the chains advanced in chunks from Python (as EP\'s sweeps are) instead of a callback.')
+NOTE = ("Before: the commit before NUTS skipped the bar's host callback (`--before` a checkout of "
+        "8143a20~1: lazy bars, NUTS with the callback on every run); after: main at the time of the run. "
+        "Quiet machine (nothing else running), 2026-11-25. A host callback in the NUTS program costs "
+        "~3-7 ms a call however few its ticks; a NUTS run whose program finished in under half a second "
+        "before now runs without it (same draws; only whether a bar can show depends on it), so a bar on "
+        "a 0.03 s NUTS fit costs nothing, where it cost +14-23%.")
 
 CHILD = r"""
 import json, sys, time
