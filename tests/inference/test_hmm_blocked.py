@@ -55,9 +55,13 @@ def assert_same(seq, blk, lt):
     np.testing.assert_allclose(np.asarray(pair2), np.asarray(pair1), rtol=0, atol=ATOL)
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 10])
-@pytest.mark.parametrize("num_steps,block,chunks", [(101, 7, 2), (1000, None, None), (257, 4, 5), (23, 3, 2)])
-@pytest.mark.parametrize("cut", [0, 6])
+_PLANS = [(101, 7, 2), (1000, None, None), (257, 4, 5), (23, 3, 2)]
+# every number of states with every plan, each pair once; the masked tail (cut) alternates so that
+# every number of states and every plan meets both cuts (all 32 combinations: ~2 s each, compiled)
+_SEQUENTIAL_CASES = [(k, *plan, 6 * ((i + j) % 2)) for i, k in enumerate([1, 2, 3, 10]) for j, plan in enumerate(_PLANS)]
+
+
+@pytest.mark.parametrize("k,num_steps,block,chunks,cut", _SEQUENTIAL_CASES)
 def test_blocked_matches_sequential(k, num_steps, block, chunks, cut):
     """T not a multiple of the chunk length or of the segment; several segments; a single
     sequence padded past ``lengths`` (``cut`` masked steps at the end)."""
