@@ -310,11 +310,16 @@ def check_collapse(post, warn: bool = True):
             if report["empty"]:
                 what.append(f"components {report['empty']} are empty")
             gap = report["loglik_gap"]
+            advice = "Rerun with another seed or more chains"
+            if not what:  # nothing coincides and nothing is empty: the priors may outweigh the data
+                what.append("no two components coincide and none is empty")
+                advice = ("The priors may outweigh the data (e.g. a variance prior far wider than the "
+                          "spread within components or states: check the fitted scales against the "
+                          "data and set the model's scale prior), or rerun with another seed or more chains")
             warnings.warn(
-                f"degenerate {post.engine} fit: {'; '.join(what) or 'a degenerate mode'} (chains "
-                f"{report['chains']}), and its log likelihood is {gap:.3g} nats short of the model's "
-                "data-driven start, so the data support more: converged=False. Rerun with another seed "
-                "or more chains", skip_file_prefixes=_options.INTERNAL)
+                f"degenerate {post.engine} fit: {'; '.join(what)} (chains {report['chains']}), and its "
+                f"log likelihood is {gap:.3g} nats short of the model's data-driven start, so the data "
+                f"support more: converged=False. {advice}", skip_file_prefixes=_options.INTERNAL)
     return post.replace(diagnostics=diagnostics)
 
 

@@ -205,3 +205,23 @@ def test_a_collapsed_mixture_is_flagged_not_converged_and_warned():
         ok = md.check_collapse(right)
     assert not ok.diagnostics["collapsed"]["flagged"] and ok.diagnostics["converged"] is True
     assert ok.diagnostics["collapsed"]["pairs"] == [] and ok.diagnostics["collapsed"]["loglik_gap"] < 0
+
+
+def test_a_fit_held_back_by_its_scale_prior_is_flagged_with_the_prior_named():
+    """States far apart (means -10 and 10) with little noise (sd 0.1): the HMM's default scale
+    prior, scales^2 ~ InverseGamma(2, var(obs) = 100), outweighs the 150 points of each state (its
+    sum of squares 100 against the data's ~1.5): fitted scales ~1.15, not 0.1. Nothing coincides,
+    so the warning names the prior rather than a collapse; with a scale prior on the data's scale
+    the same fit is right and not flagged."""
+    import probmodels
+    from probmodels import simulate
+
+    sim = simulate.gaussian_hmm(300, seed=0, locs=(-10.0, 10.0), scales=(0.1, 0.1))
+    with pytest.warns(UserWarning, match="priors may outweigh the data"):
+        post = inference.laplace(probmodels.hmm, sim.obs, num_states=2, seed=0)
+    assert post.diagnostics["collapsed"]["flagged"] and not post.diagnostics["converged"]
+    assert post.diagnostics["collapsed"]["pairs"] == [] and np.all(post.mean("scales") > 0.5)
+    good = inference.laplace(probmodels.hmm, sim.obs, num_states=2, scale_prior=(2.0, 0.01), seed=0)
+    assert not good.diagnostics["collapsed"]["flagged"] and good.diagnostics["converged"]
+    np.testing.assert_allclose(good.mean("scales"), 0.1, rtol=0.2)
+    np.testing.assert_allclose(good.mean("locs"), [-10.0, 10.0], atol=0.05)
