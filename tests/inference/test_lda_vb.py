@@ -294,6 +294,7 @@ def test_stochastic_vi_recovers_topics_of_a_small_corpus():
     corpus = lda_corpus(120, vocab_size=40, num_topics=3, seed=0)
     post = _stochastic(corpus, 3, 30)
     assert post.diagnostics["converged"] and post.diagnostics["batch_size"] == 30
+    assert post.diagnostics["exact_elbo"] >= (1 + lda_vb.LOCAL_OPTIMUM_MARGIN) * post.diagnostics["online_vb_elbo"]
     assert _topic_tv(corpus.topics, post.approximation["topics_concentration"]).mean() < 0.1
     assert post.samples["theta"].shape == (1, 20, 120, 3) and post.log_likelihood["counts"].shape == (1, 20, 120)
     assert "batch_size" not in post.model_kwargs
@@ -310,6 +311,36 @@ def test_stochastic_vi_recovers_simulated_topics(simulated):
     post = _stochastic(simulated, 5, 50)
     assert post.diagnostics["converged"]
     assert _topic_tv(simulated.topics, post.approximation["topics_concentration"]).mean() < 0.1
+
+
+def test_local_optimum_check_flags_merged_and_split_topics():
+    """The check behind stochastic VI's ``converged``: the exact ELBO at given topics against online
+    VB's. At the true topics it is not behind; with two topics merged into one and a third split
+    into two copies (what a poor stochastic run returned, issue 21) it is ~10% behind, far past
+    `LOCAL_OPTIMUM_MARGIN`."""
+    corpus = lda_corpus(120, vocab_size=40, num_topics=3, seed=0)
+    csr = scipy.sparse.csr_matrix(corpus.counts)
+    coo = csr.tocoo()
+    data = Triplets(jnp.asarray(coo.row, jnp.int32), jnp.asarray(coo.col, jnp.int32), jnp.asarray(coo.data))
+    t = corpus.topics
+    for topics, behind in ((t, False), (np.stack([(t[0] + t[1]) / 2, t[2], t[2]]), True)):
+        params = {"topics_concentration": 0.01 + 2000 * topics, "theta_concentration": np.ones((120, 3))}
+        exact, reference = lda_vb._local_optimum_check(data, csr, params, np.full(3, 1 / 3), 0.01, 0)
+        assert (reference - exact > lda_vb.LOCAL_OPTIMUM_MARGIN * abs(reference)) == behind, (exact, reference)
+
+
+@pytest.mark.slow
+def test_stochastic_vi_at_a_poor_local_optimum_is_not_converged():
+    """The run the issue's measurements found (K = 5, V = 200, D = 300, corpus seed 1, fit seed 0):
+    a merged and a split topic (mean total variation 0.31), exact ELBO -69055 against online VB's
+    -63189: reported converged=False with a warning (was converged=True); seed 1 (0.018) stays
+    converged (its ELBO -62483 is above online VB's)."""
+    corpus = lda_corpus(300, vocab_size=200, num_topics=5, seed=1)
+    with pytest.warns(UserWarning, match="poor local optimum"):
+        bad = inference.vi(lda, corpus.counts, num_topics=5, method="stochastic", seed=0, progress=False)
+    assert not bad.diagnostics["converged"] and _topic_tv(corpus.topics, bad.approximation["topics_concentration"]).mean() > 0.2
+    good = inference.vi(lda, corpus.counts, num_topics=5, method="stochastic", seed=1, progress=False)
+    assert good.diagnostics["converged"] and good.diagnostics["exact_elbo"] > good.diagnostics["online_vb_elbo"]
 
 
 def test_stochastic_vi_needs_a_batch_size_keyword():
