@@ -228,6 +228,7 @@ def vi(
         "converged": convergence.vi(converged, elbo), "elbo": elbo,
         "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
         "steps": done, "guide": guide_name, "importance_log_evidence": is_log_ev,
+        "whitened": list(white),  # sites whose guide parameters (approximation) are in z = L^-1 (f - loc)
     }
     if mesh is not None:
         diagnostics.update(sharding.diagnostics(mesh))

@@ -44,7 +44,7 @@ def test_default_guide_gets_the_gp_posterior_mean(x64):
         post = inference.vi(gp_regression, K, Y, seed=0, progress=False)
     f = np.asarray(post.samples["f"], np.float64).reshape(-1, 20)
     assert post.samples["f"].dtype == ("float64" if x64 else "float32")
-    assert post.diagnostics["converged"] is True
+    assert post.diagnostics["converged"] is True and post.diagnostics["whitened"] == ["f"]
     assert np.max(np.abs(f.mean(0) - mean) / sd) < 0.3
     assert post.log_evidence < log_z
     assert np.all(np.isfinite(post.sample_stats["lp"])) and np.all(np.isfinite(post.sample_stats["log_q"]))
