@@ -22,14 +22,17 @@ from jax import lax
 from numpyro.infer import NUTS, init_to_uniform, init_to_value
 from numpyro.infer import log_likelihood as _log_likelihood
 
-from inference import _model, compiled
+from inference import _model, compiled, whiten
 from inference import progress as progress_bar
 
 STAT_FIELDS = ("diverging", "num_steps", "accept_prob", "potential_energy", "energy")
 
 
 def _build(model, options):
-    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent, starts = options
+    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent, starts, white = options
+    # multivariate-normal latents (a GP's f) are sampled whitened, f = loc + L z (`inference.whiten`):
+    # the same posterior, without the prior's correlations in the geometry NUTS adapts to
+    sampled = whiten.whitened(model, white) if white else model
     # NumPyro's own init_to_uniform unless a site declares a data-driven start: its fast path draws
     # the start in unconstrained space, so a model without starts gets NumPyro's chains exactly
     default = _model.site_init(init_to_uniform) if starts else init_to_uniform
@@ -43,13 +46,14 @@ def _build(model, options):
         def one_chain(arrays, key, init):
             args, kwargs = rebuild(arrays)
             strategy = init_to_value(values=init) if has_init else default
-            kernel = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+            kernel = NUTS(sampled, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                           init_strategy=strategy)
             state = kernel.init(key, num_warmup, None, model_args=args, model_kwargs=kwargs)
             constrain = kernel.postprocess_fn(args, kwargs)
 
-            def record(s):
-                return constrain(s.z), {f: getattr(s, f) for f in STAT_FIELDS}
+            def record(s):  # the model's sites (a whitened site's f from its deterministic site)
+                values = {k: v for k, v in constrain(s.z).items() if k not in {n + whiten.SUFFIX for n in white}}
+                return values, {f: getattr(s, f) for f in STAT_FIELDS}
 
             def step(i, carry):  # warmup and sampling in one loop, as NumPyro's fori_collect:
                 s, buf = carry   # the kernel is traced once (its adaptation switches off itself)
@@ -103,18 +107,20 @@ def _timing_key(model, args, kwargs, settings):
 
 
 def run_nuts(model, args, kwargs, *, seed, num_warmup, num_samples, num_chains, chain_method,
-             target_accept, max_tree_depth, latent, init_values=None, site_starts=False, progress=False):
+             target_accept, max_tree_depth, latent, init_values=None, site_starts=False, progress=False,
+             white=()):
     """Run ``num_chains`` NUTS chains; returns ``(samples, stats, loglik)`` with leading axes
     ``(chain, draw)``. ``samples`` holds the constrained latent and deterministic sites, ``stats``
     NumPyro's per-draw fields (`STAT_FIELDS`), ``loglik`` the pointwise log likelihood of every
     observed site given the ``latent`` sites of each draw. ``site_starts``: some site declares a
-    data-driven start (`inference.latent.site_init`)."""
+    data-driven start (`inference.latent.site_init`). ``white``: latent sites sampled in whitened
+    coordinates (`inference.whiten`; the draws are of the sites themselves)."""
     key = jax.random.PRNGKey(seed)
     keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
     has_init = init_values is not None
     init = {k: jnp.asarray(v) for k, v in init_values.items()} if has_init else None
     settings = (num_warmup, num_samples, num_chains, chain_method, float(target_accept),
-                int(max_tree_depth), has_init, tuple(sorted(latent)), bool(site_starts))
+                int(max_tree_depth), has_init, tuple(sorted(latent)), bool(site_starts), tuple(white))
     # The bar's host callback costs ~5 ms a call however few ticks it makes (+15-20% on a 0.03 s
     # fit): a run whose program finished in under half a second before runs without it (same
     # draws, `test_progress_bar_does_not_change_the_draws`). Only whether a bar shows depends on it.

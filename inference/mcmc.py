@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from numpyro.infer import MCMC, NUTS, DiscreteHMCGibbs, init_to_uniform
 
-from inference import _model, _options, _special, compiled, convergence
+from inference import _model, _options, _special, compiled, convergence, whiten
 from inference.chains import run_nuts
 from inference.posterior import Posterior
 
@@ -48,7 +48,9 @@ def mcmc(
     passes model arguments whose names collide with an option). ``chain_method`` defaults to
     ``"parallel"`` when there are at least ``num_chains`` devices and ``"sequential"`` otherwise
     (one compilation, reused by every chain). ``progress``: a bar, shown once sampling has run
-    for a second (`inference.progress`). Spike-and-slab models (collapsed Gibbs) and the Bayes
+    for a second (`inference.progress`). A multivariate-normal latent (a GP's ``f``) is sampled
+    in whitened coordinates, ``f = loc + L z`` (`inference.whiten`; same posterior, the draws are
+    of ``f``; ``lp`` is minus NUTS's potential, in the sampler's coordinates). Spike-and-slab models (collapsed Gibbs) and the Bayes
     machine (elliptical slice) run their own samplers, chains vectorised: there ``target_accept``,
     ``max_tree_depth`` and a ``chain_method`` other than ``"vectorized"`` raise ValueError.
 
@@ -104,12 +106,13 @@ def mcmc(
     else:
         if chain_method == "parallel" and jax.local_device_count() < num_chains:
             chain_method = "sequential"  # as NumPyro does, without its warning
+        starts = _model.init_values(model, args, kwargs, seed)
         draws, stats, loglik_chains = run_nuts(
             model, args, kwargs, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
             num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
-            max_tree_depth=max_tree_depth, latent=latent,
-            init_values=_model.init_values(model, args, kwargs, seed), site_starts=_model.has_site_init(trace),
-            progress=progress)
+            max_tree_depth=max_tree_depth, latent=latent, init_values=starts,
+            site_starts=_model.has_site_init(trace), progress=progress,
+            white=whiten.sites(trace) if starts is None else [])
         flatten = lambda tree: {k: v.reshape((-1,) + v.shape[2:]) for k, v in tree.items()}  # noqa: E731
         samples_flat, loglik_flat = flatten(draws), flatten(loglik_chains)
         sample_stats = {"lp": -stats.pop("potential_energy")}

@@ -1,12 +1,14 @@
-"""Whitened coordinates for multivariate-normal latents, where autoguides are fitted.
+"""Whitened coordinates for multivariate-normal latents, where NUTS samples and autoguides are fitted.
 
 A latent ``f ~ N(loc, L L^T)`` (a Gaussian process at the data) is sampled as ``z ~ N(0, I)``,
 ``f = loc + L z``; an autoguide over ``z`` is then ``q(f) = N(loc + L m, L S L^T)``, shaped like the
 prior (GPflow's ``whiten=True``). In ``f``'s own coordinates a mean-field guide cannot follow the
 prior's correlations: on a 30-point GP classifier it stopped at ELBO -90 against log Z -18 (EP),
 predictive probabilities 0.5-0.6 off, and reported converged; whitened, ELBO -18.5 and 0.03
-(float32 and float64, three seeds). The ELBO and the draws of ``f`` are the same quantities in
-either coordinates; only the optimisation changes.
+(float32 and float64, three seeds). NUTS on the same model as written adapted to the prior's
+correlations: bulk ESS 42-82 in 35 s a fit, not converged; whitened, 4300-6200 in 0.5 s. The
+posterior, the ELBO and the draws of ``f`` are the same in either coordinates; only the geometry
+the sampler or optimiser works in changes.
 """
 
 from __future__ import annotations
