@@ -59,7 +59,8 @@ def main():
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--draws", type=int, nargs="*", default=[100, 250, 500])
     ap.add_argument("--nuts-model", choices=("whitened", "centred"), default="whitened",
-                    help="NUTS on f = L v (whitened) or on the library's gp_classifier as written (centred)")
+                    help="NUTS on f = L v written by hand (whitened) or on the library's gp_classifier, which "
+                         "inference.mcmc now samples whitened too (inference.whiten; 'centred' before 2026-11-25)")
     ap.add_argument("--out", default="benchmarks/results/gpc_ep_vs_nuts.md")
     args = ap.parse_args()
     X, y = datasets.load("twonorm")
