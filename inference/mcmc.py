@@ -98,7 +98,7 @@ def mcmc(
         return mcmc_posterior(model, args, kwargs, trace, **common)
 
     latent = set(_model.latent_sites(trace))
-    loglik_flat = None
+    loglik_flat, white = None, []
     if _model.discrete_latent_sites(trace):
         samples_flat, sample_stats = _run_discrete(model, args, kwargs, seed, target_accept,
                                                    max_tree_depth, chain_method, progress, **common)
@@ -107,12 +107,13 @@ def mcmc(
         if chain_method == "parallel" and jax.local_device_count() < num_chains:
             chain_method = "sequential"  # as NumPyro does, without its warning
         starts = _model.init_values(model, args, kwargs, seed)
+        white = whiten.sites(trace) if starts is None else []
         draws, stats, loglik_chains = run_nuts(
             model, args, kwargs, seed=seed, num_warmup=num_warmup, num_samples=num_samples,
             num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
             max_tree_depth=max_tree_depth, latent=latent, init_values=starts,
             site_starts=_model.has_site_init(trace), progress=progress,
-            white=whiten.sites(trace) if starts is None else [])
+            white=white)
         flatten = lambda tree: {k: v.reshape((-1,) + v.shape[2:]) for k, v in tree.items()}  # noqa: E731
         samples_flat, loglik_flat = flatten(draws), flatten(loglik_chains)
         sample_stats = {"lp": -stats.pop("potential_energy")}
@@ -129,6 +130,7 @@ def mcmc(
     )
     diagnostics["chain_method"] = chain_method
     diagnostics["sampler"] = sampler_name
+    diagnostics["whitened"] = list(white)  # sites NUTS sampled in whitened coordinates
     if diagnostics["divergences"]:
         warnings.warn(
             f"{diagnostics['divergences']} divergent transitions: raise target_accept (now "

@@ -87,7 +87,7 @@ def test_nuts_samples_the_gp_posterior_whitened(x64):
     with jax.enable_x64(x64):
         post = inference.mcmc(gp_regression, K, Y, seed=0, progress=False)
     f = np.asarray(post.samples["f"], np.float64).reshape(-1, 20)
-    assert sorted(post.samples) == ["f"] and post.diagnostics["converged"]
+    assert sorted(post.samples) == ["f"] and post.diagnostics["converged"] and post.diagnostics["whitened"] == ["f"]
     assert np.max(np.abs(f.mean(0) - mean) / sd) < 0.1
     assert np.max(np.abs(f.std(0) / sd - 1)) < 0.08
 
