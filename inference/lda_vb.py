@@ -434,9 +434,8 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
         if not np.all(np.isfinite(value)) or np.any(np.asarray(value) <= 0):
             raise ValueError(f"{name} must be positive and finite, got {value!r}")
     dtype = jnp.result_type(float)
-    coo = csr.tocoo()  # sorted by document, duplicates summed
-    data = Triplets(jnp.asarray(coo.row, jnp.int32), jnp.asarray(coo.col, jnp.int32), jnp.asarray(coo.data, dtype))
-    count = coo.data
+    data = _triplets(csr)
+    count = csr.data
     alpha = np.broadcast_to(np.asarray(alpha, float), (num_topics,))
     numbers = dict(alpha=jnp.asarray(alpha, dtype), eta=jnp.broadcast_to(jnp.asarray(eta, dtype), (vocab_size,)),
                    e_tol=jnp.asarray(e_tol, dtype), e_max_iter=jnp.asarray(e_max_iter, jnp.int32),
@@ -475,6 +474,13 @@ def fit(data: Triplets, num_docs: int, vocab_size: int, *, num_topics: int, alph
     if method == "online":
         diagnostics.update(batch_size=batch_size, tau0=tau0, kappa=float(kappa))
     return state, diagnostics
+
+
+def _triplets(csr) -> Triplets:
+    """A (D, V) CSR count matrix as triplets in the working float dtype, sorted by document."""
+    coo = csr.tocoo()
+    return Triplets(jnp.asarray(coo.row, jnp.int32), jnp.asarray(coo.col, jnp.int32),
+                    jnp.asarray(coo.data, jnp.result_type(float)))
 
 
 def _corpus(data, num_docs, vocab_size):
@@ -760,8 +766,7 @@ def _local_optimum_check(data, csr, params, alpha, eta, seed):
     the exact ELBO of online VB (its restarts) on the same corpus: both maximise the same bound
     over the same family, so a much lower value is a poor local optimum."""
     dtype = jnp.result_type(float)
-    coo = csr.tocoo()
-    triplets = Triplets(jnp.asarray(coo.row, jnp.int32), jnp.asarray(coo.col, jnp.int32), jnp.asarray(coo.data, dtype))
+    triplets = _triplets(csr)
     k, v = np.shape(params["topics_concentration"])
     state = VBState(jnp.asarray(params["topics_concentration"], dtype), jnp.asarray(params["theta_concentration"], dtype),
                     jnp.asarray(0))
