@@ -4,7 +4,8 @@
     post = inference.vi(model, *args, guide="normal", steps=..., optimizer=None, seed=0, **kw)
     post = inference.laplace(model, *args, seed=0, **kw)
     post = inference.ep(model, *args, schedule="parallel", damping=..., tol=..., max_iter=..., **kw)
-    post = inference.fit(model, *args, engine="mcmc" | "vi" | "laplace" | "ep", **kw)
+    post = inference.fit(model, *args, engine="mcmc" | "vi" | "laplace" | "ep" | "exact", **kw)
+    post = inference.exact(model, *args, **kw)   # discrete programs: exact marginals, evidence, draws
 
 Engine options are keyword-only; all other keywords go to the model, and ``model_kwargs={...}``
 passes model arguments whose names collide with an engine option.
@@ -26,6 +27,7 @@ from inference.vi import vi
 # Imported after the package ``inference.ep`` so that the name means the function (the package
 # is also callable, see inference/ep/__init__.py, in case it is rebound by a later import).
 from inference.ep.driver import ep  # noqa: E402
+from inference.exact.driver import exact, most_probable  # noqa: E402 (same for the package inference.exact)
 
 
-__all__ = ["Posterior", "cache", "SingularHessianError", "distributed_ep", "ep", "fit", "laplace", "load", "mcmc", "recovered", "sbc", "vi"]
+__all__ = ["Posterior", "cache", "SingularHessianError", "distributed_ep", "ep", "exact", "fit", "laplace", "load", "mcmc", "most_probable", "recovered", "sbc", "vi"]

@@ -6,7 +6,7 @@ from inference.posterior import ENGINES
 
 
 def fit(model, *args, engine: str = "mcmc", **kwargs):
-    """Run ``engine`` (``"mcmc"``, ``"vi"``, ``"laplace"`` or ``"ep"``) on ``model(*args, ...)``.
+    """Run ``engine`` (``"mcmc"``, ``"vi"``, ``"laplace"``, ``"ep"`` or ``"exact"``) on ``model(*args, ...)``.
 
     Keywords are the engine's options and the model's arguments, exactly as for the engine itself.
 

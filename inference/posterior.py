@@ -21,7 +21,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-ENGINES = ("mcmc", "vi", "laplace", "ep")
+ENGINES = ("mcmc", "vi", "laplace", "ep", "exact")
 FORMAT_VERSION = 1
 
 
@@ -30,7 +30,7 @@ class Posterior:
     """Posterior draws and everything needed to judge and compare them.
 
     Attributes:
-        engine: ``"mcmc"``, ``"vi"``, ``"laplace"`` or ``"ep"``.
+        engine: ``"mcmc"``, ``"vi"``, ``"laplace"``, ``"ep"`` or ``"exact"``.
         samples: site name -> array ``(chain, draw, *site_shape)``; recovered discrete latents
             (``z``, ``states``) included.
         log_likelihood: observed site name -> pointwise log likelihood ``(chain, draw, *obs_shape)``.
@@ -46,6 +46,8 @@ class Posterior:
             `inference.convergence`).
         approximation: the approximation's parameters (e.g. ``loc``/``cov`` in unconstrained
             space, EP site parameters), so ``log q`` can be recomputed.
+        marginals: discrete site -> its posterior marginal probabilities over the site's values
+            (``inference.exact``: values ``0..K-1`` for Bernoulli and Categorical sites).
         predictions: posterior predictive draws filled by :meth:`predict`.
         predictor: engine-specific ``f(rng_key, *args, **kwargs) -> dict`` of ``(chain, draw, ...)``
             arrays, used by :meth:`predict` (e.g. EP's GP conditional); not saved.
@@ -72,6 +74,7 @@ class Posterior:
     evidence_method: str | None = None
     diagnostics: dict[str, Any] = field(default_factory=lambda: {"converged": False})
     approximation: dict[str, np.ndarray] = field(default_factory=dict)
+    marginals: dict[str, np.ndarray] = field(default_factory=dict)
     predictions: dict[str, np.ndarray] = field(default_factory=dict)
     predictor: Callable | None = field(default=None, repr=False)
     model: Callable | None = field(default=None, repr=False)
@@ -89,7 +92,7 @@ class Posterior:
         if any(len(s) < 2 for s in shapes.values()) or len(set(shapes.values())) != 1:
             raise ValueError(f"every site needs the same leading (chain, draw) axes, got {shapes}")
         cast = lambda d: {k: np.asarray(v) for k, v in d.items()}  # noqa: E731
-        for name in ("samples", "log_likelihood", "observed_data", "sample_stats", "approximation"):
+        for name in ("samples", "log_likelihood", "observed_data", "sample_stats", "approximation", "marginals"):
             object.__setattr__(self, name, cast(getattr(self, name)))
         diag = dict(self.diagnostics)
         diag["converged"] = bool(diag.get("converged", False))  # never assumed: an engine must say so
@@ -142,13 +145,13 @@ class Posterior:
             if name in self.observed_data and np.shape(value)[2:] != np.shape(self.observed_data[name])
         }
         dt = az.from_dict(groups, dims=dims, pred_dims=pred_dims or None)
-        if self.approximation:
-            import xarray as xr
+        for group in ("approximation", "marginals"):
+            values = getattr(self, group)
+            if values:
+                import xarray as xr
 
-            dt["approximation"] = xr.DataTree(
-                xr.Dataset({k: (tuple(f"{k}_dim_{i}" for i in range(v.ndim)), v)
-                            for k, v in self.approximation.items()})
-            )
+                dt[group] = xr.DataTree(xr.Dataset({k: (tuple(f"{k}_dim_{i}" for i in range(v.ndim)), v)
+                                                    for k, v in values.items()}))
         dt.attrs.update(self._attrs())
         return dt
 
@@ -284,6 +287,7 @@ def load(path, *, model: Callable | None = None, model_args: tuple = (), model_k
         evidence_method=None if method == "none" else str(method),
         diagnostics=diagnostics,
         approximation=approximation,
+        marginals=group("marginals"),
         predictions=group("posterior_predictive"),
         model=model,
         model_args=tuple(model_args),
@@ -294,7 +298,7 @@ def load(path, *, model: Callable | None = None, model_args: tuple = (), model_k
 
 
 def _flatten(post: Posterior):
-    children = (post.samples, post.log_likelihood, post.sample_stats, post.approximation)
+    children = (post.samples, post.log_likelihood, post.sample_stats, post.approximation, post.marginals)
     aux = (post.engine, post.observed_data, post.log_evidence, post.evidence_method, post.diagnostics,
            post.predictions, post.predictor, post.model, post.model_args, post.model_kwargs, post.dims,
            post.seed)
@@ -307,7 +311,7 @@ def _unflatten(aux, children):
              "predictor", "model", "model_args", "model_kwargs", "dims", "seed")
     for n, v in zip(names, aux):
         object.__setattr__(post, n, v)
-    for n, v in zip(("samples", "log_likelihood", "sample_stats", "approximation"), children):
+    for n, v in zip(("samples", "log_likelihood", "sample_stats", "approximation", "marginals"), children):
         object.__setattr__(post, n, v)
     return post
 
