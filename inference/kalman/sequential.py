@@ -1,0 +1,127 @@
+"""Sequential (``lax.scan``) Kalman filter and Rauch-Tung-Striebel smoother for one sequence.
+
+Model: ``x_0 ~ N(init_mean, init_cov)``, ``x_t = F x_{t-1} + N(0, Q)``, ``y_t = H x_t + N(0, R)``
+(time index from 0 in the code). Numerics chosen so that float32 works:
+
+- the innovation covariance ``S = H P H' + R`` is factored once by Cholesky; the gain, the
+  innovation's log density and its log determinant all come from that factor (no inverse);
+- filtered covariances use the Joseph form ``(I - K H) P (I - K H)' + K R K'`` and smoothed
+  ones its smoother analogue ``(I - G F) P (I - G F)' + G (Q + P_s) G'``: sums of positive
+  semi-definite terms, so rounding cannot make them indefinite (the short forms ``P - K S K'``
+  subtract and can); every covariance is symmetrised;
+- the smoother gain solves with the Cholesky factor of the predicted covariance plus a jitter of
+  ``10 N eps`` times its largest diagonal entry, which keeps a singular prediction (singular ``Q``
+  and ``F``) finite and changes nothing measurable otherwise.
+
+Missing entries: a NaN in ``y_t`` removes that entry from the update (``masked=True``): its row
+of ``H`` is zeroed, its row and column of ``R`` replaced by the identity's and the value by 0,
+so it contributes exactly ``-log(2 pi) / 2`` to the step's log density, which is added back.
+A whole NaN row is a pure prediction step. Padding a batch is NaN rows at the end.
+
+Example:
+    >>> import numpy as np
+    >>> from inference.kalman.sequential import filter_pass
+    >>> eye = np.eye(1)
+    >>> lls, means, covs = filter_pass((np.zeros(1), eye, eye, eye, eye, eye), np.ones((3, 1)), False)
+    >>> means.shape, covs.shape, lls.shape
+    ((3, 1), (3, 1, 1), (3,))
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+UNROLL = 1  # lax.scan unroll factor (see benchmarks/kalman_vs_dynamax.py)
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def sym(a):
+    """The symmetric part of a (…, N, N) array."""
+    return 0.5 * (a + jnp.swapaxes(a, -1, -2))
+
+
+def masked_observation(H, R, y):
+    """(H, R, y, number missing) with every NaN entry of ``y`` taken out of the update."""
+    seen = ~jnp.isnan(y)
+    both = seen[:, None] & seen[None, :]
+    eye = jnp.eye(R.shape[-1], dtype=R.dtype)
+    return (jnp.where(seen[:, None], H, 0.0), jnp.where(both, R, eye), jnp.where(seen, y, 0.0),
+            jnp.sum(~seen).astype(R.dtype))
+
+
+def condition(mean, cov, H, R, y, masked: bool):
+    """Condition N(mean, cov) on one observation y = H x + N(0, R).
+
+    Returns (filtered mean, filtered covariance (Joseph form), log p(y))."""
+    missing = 0.0
+    if masked:
+        H, R, y, missing = masked_observation(H, R, y)
+    HP = H @ cov
+    chol = jnp.linalg.cholesky(sym(HP @ H.T + R))
+    resid = y - H @ mean
+    w = solve_triangular(chol, jnp.concatenate([HP, resid[:, None]], axis=1), lower=True)  # L^-1 [H P, r]
+    gain = solve_triangular(chol, w[:, :-1], lower=True, trans=1).T  # P H' S^-1
+    z = w[:, -1]
+    a = jnp.eye(cov.shape[-1], dtype=cov.dtype) - gain @ H
+    new_cov = sym(a @ cov @ a.T + gain @ R @ gain.T)
+    ll = -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(chol))) - 0.5 * (y.shape[-1] - missing) * LOG_2PI
+    return mean + gain @ resid, new_cov, ll
+
+
+def predict(mean, cov, F, Q):
+    """One step ahead: (F m, F P F' + Q)."""
+    return F @ mean, sym(F @ cov @ F.T + Q)
+
+
+def jittered_cholesky(a):
+    """Cholesky factor of ``a + 10 N eps max(diag a) I`` (a symmetric PSD (…, N, N))."""
+    n = a.shape[-1]
+    eps = jnp.finfo(a.dtype).eps
+    scale = jnp.max(jnp.diagonal(a, axis1=-2, axis2=-1), axis=-1)[..., None, None]
+    return jnp.linalg.cholesky(a + 10.0 * n * eps * scale * jnp.eye(n, dtype=a.dtype))
+
+
+def smoother_gain(filtered_cov, F, Q):
+    """RTS gain G = P_f F' (F P_f F' + Q)^-1."""
+    chol = jittered_cholesky(sym(F @ filtered_cov @ F.T + Q))
+    return cho_solve((chol, True), F @ filtered_cov).T
+
+
+def smooth_step(filtered_mean, filtered_cov, next_mean, next_cov, F, Q):
+    """One backward RTS step: (smoothed mean, smoothed covariance, gain) at t from t + 1."""
+    gain = smoother_gain(filtered_cov, F, Q)
+    mean = filtered_mean + gain @ (next_mean - F @ filtered_mean)
+    a = jnp.eye(F.shape[-1], dtype=F.dtype) - gain @ F
+    cov = sym(a @ filtered_cov @ a.T + gain @ (Q + next_cov) @ gain.T)
+    return mean, cov, gain
+
+
+def filter_pass(params, obs, masked: bool):
+    """Forward pass of one sequence ``obs`` (T, D): (log p(y_t | y_<t) (T,), filtered means
+    (T, N), filtered covariances (T, N, N))."""
+    init_mean, init_cov, F, Q, H, R = params
+
+    def step(carry, y):
+        mean, cov, ll = condition(*carry, H, R, y, masked)
+        return predict(mean, cov, F, Q), (ll, mean, cov)
+
+    _, (lls, means, covs) = lax.scan(step, (init_mean, init_cov), obs, unroll=UNROLL)
+    return lls, means, covs
+
+
+def smooth_pass(params, filtered_means, filtered_covs):
+    """Backward RTS pass from the filter's output: (smoothed means (T, N), smoothed covariances
+    (T, N, N), gains (T-1, N, N)), gain t linking steps t and t + 1."""
+    _, _, F, Q, _, _ = params
+
+    def step(carry, inputs):
+        mean, cov, gain = smooth_step(*inputs, *carry, F, Q)
+        return (mean, cov), (mean, cov, gain)
+
+    last = (filtered_means[-1], filtered_covs[-1])
+    _, (means, covs, gains) = lax.scan(step, last, (filtered_means[:-1], filtered_covs[:-1]), reverse=True,
+                                       unroll=UNROLL)
+    return (jnp.concatenate([means, last[0][None]]), jnp.concatenate([covs, last[1][None]]), gains)

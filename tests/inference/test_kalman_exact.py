@@ -1,0 +1,168 @@
+"""inference.kalman filter, smoother and log likelihood against the dense Gaussian joint of all
+states and observations (scipy, T = 8), sequential and parallel, with missing entries and
+batches; float64 to 1e-8 and float32 to stated tolerances; bad input. One set of shapes
+(N = 3 states, D = 2 observations, T = 8) so every test reuses the same compiled programs."""
+
+import inspect
+
+import jax
+import numpy as np
+import pytest
+
+from inference import kalman
+from inference.kalman import driver
+
+from _kalman_reference import D, N, T, dense_filter, dense_posterior, random_lds, simulate, with_missing
+
+TOL = 1e-8  # float64: the issue's exactness
+
+
+# (seed, missing entries, singular Q, parallel). The parallel passes compile slowly (the scan
+# inlines its combination 2 log2(T) times), so they run two cases: the smoother with missing
+# entries (its filter pass included) and the filter without.
+CASES = [(0, False, False, False), (1, True, False, False), (2, False, True, False), (1, True, False, True),
+         (0, False, False, True), (2, False, True, True)]
+
+
+@pytest.mark.parametrize("seed,missing,singular_q,parallel", CASES)
+def test_filter_and_smoother_equal_the_dense_joint(seed, missing, singular_q, parallel):
+    params = random_lds(seed, singular_q)
+    y = simulate(params, seed)
+    if missing:
+        y = with_missing(y)
+    ll_d, fm_d, fc_d = dense_filter(params, y)
+    if missing or not parallel:
+        sm_d, sc_d, _, _ = dense_posterior(params, y)
+        sm = kalman.smoother(*params, y, parallel=parallel)
+        np.testing.assert_allclose(sm.log_likelihood, ll_d, rtol=0, atol=TOL)
+        np.testing.assert_allclose(sm.means, sm_d, rtol=0, atol=TOL)
+        np.testing.assert_allclose(sm.covs, sc_d, rtol=0, atol=TOL)
+    if missing and parallel:
+        return
+    ll, means, covs = kalman.filter(*params, y, parallel=parallel)
+    np.testing.assert_allclose(ll, ll_d, rtol=0, atol=TOL)
+    np.testing.assert_allclose(means, fm_d, rtol=0, atol=TOL)
+    np.testing.assert_allclose(covs, fc_d, rtol=0, atol=TOL)
+    np.testing.assert_allclose(kalman.log_likelihood(*params, y), ll_d, rtol=0, atol=TOL)
+
+
+def test_parallel_equals_sequential_and_shares_the_signature():
+    params = random_lds(3)
+    y = simulate(params, 3)
+    for name, obs in (("filter", y), ("smoother", with_missing(y))):
+        a = getattr(kalman, name)(*params, obs)
+        b = getattr(kalman, name)(*params, obs, parallel=True)
+        assert type(a) is type(b) and len(a) == 3
+        for u, v in zip(a, b):
+            np.testing.assert_allclose(u, v, rtol=0, atol=TOL)
+    for fn in (kalman.filter, kalman.smoother, kalman.log_likelihood):
+        assert list(inspect.signature(fn).parameters) == ["init_mean", "init_cov", "F", "Q", "H", "R", "obs",
+                                                          "parallel"]
+
+
+def test_batch_equals_one_by_one_and_nan_padding_is_neutral():
+    """A batch (B, T, D) gives each sequence's own answer; a shorter sequence padded with NaN rows
+    has the log likelihood of the short one and its states up to its end."""
+    params = random_lds(4)
+    ys = np.stack([with_missing(simulate(params, s)) for s in (4, 5)])
+    ys[1, 5:] = np.nan  # sequence 1 is 5 steps long
+    out = kalman.smoother(*params, ys)
+    assert out.log_likelihood.shape == (2,) and out.means.shape == (2, T, N)
+    for b in range(2):
+        ll_d = dense_posterior(params, ys[b])[3]
+        np.testing.assert_allclose(out.log_likelihood[b], ll_d, atol=TOL)
+    short_ll, short_means, _ = dense_posterior(params, ys[1, :5])[3], *dense_posterior(params, ys[1, :5])[:2]
+    np.testing.assert_allclose(out.log_likelihood[1], short_ll, atol=TOL)
+    np.testing.assert_allclose(out.means[1, :5], short_means, atol=TOL)
+
+
+def test_gradient_of_the_log_likelihood_matches_finite_differences():
+    params = random_lds(5)
+    y = simulate(params, 5)
+    grad = jax.grad(lambda F: kalman.log_likelihood(params[0], params[1], F, *params[3:], y))(params[2])
+    h = 1e-6
+    for i, j in ((0, 0), (1, 2)):
+        up, down = params[2].copy(), params[2].copy()
+        up[i, j] += h
+        down[i, j] -= h
+        fd = (dense_posterior((*params[:2], up, *params[3:]), y)[3]
+              - dense_posterior((*params[:2], down, *params[3:]), y)[3]) / (2 * h)
+        np.testing.assert_allclose(grad[i, j], fd, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_float32_matches_the_dense_joint(parallel):
+    """float32: log likelihood to 2e-4 relative, means and covariances to 1e-4 times the scale of
+    the prior state covariance (measured: ~1e-6)."""
+    params = random_lds(6)
+    y = with_missing(simulate(params, 6))
+    sm_d, sc_d, _, ll_d = dense_posterior(params, y)
+    with jax.enable_x64(False):
+        out = kalman.smoother(*(np.float32(p) for p in params), np.float32(y), parallel=parallel)
+        assert out.means.dtype == np.float32
+        out = jax.tree.map(np.asarray, out)
+    scale = np.max(np.abs(sc_d))
+    np.testing.assert_allclose(out.log_likelihood, ll_d, rtol=2e-4)
+    np.testing.assert_allclose(out.means, sm_d, rtol=0, atol=1e-4 * np.sqrt(scale))
+    np.testing.assert_allclose(out.covs, sc_d, rtol=0, atol=1e-4 * scale)
+    assert np.all(np.linalg.eigvalsh(out.covs) > 0)
+
+
+def test_a_long_float32_run_stays_finite_and_positive_definite():
+    """T = 2000, a slowly mixing rotation with tiny noise: covariances stay symmetric positive
+    definite in float32 (Joseph forms) and the log likelihood agrees with float64 to 1e-4."""
+    theta = 0.05
+    F = 0.999 * np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    params = (np.zeros(2), np.eye(2), F, 1e-4 * np.eye(2), np.array([[1.0, 0.0]]), np.array([[1e-2]]))
+    rng = np.random.default_rng(0)
+    y = np.sin(0.05 * np.arange(2000))[:, None] + 0.1 * rng.normal(size=(2000, 1))
+    ll64 = float(kalman.smoother(*params, y).log_likelihood)
+    with jax.enable_x64(False):
+        out = jax.tree.map(np.asarray, kalman.smoother(*(np.float32(p) for p in params), np.float32(y)))
+    assert np.all(np.linalg.eigvalsh(out.covs) > 0)
+    np.testing.assert_allclose(out.log_likelihood, ll64, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- bad input
+def good():
+    return list(random_lds(0)) + [simulate(random_lds(0), 0)]
+
+
+@pytest.mark.parametrize("index,value,match", [
+    (0, np.zeros((N, 1)), "init_mean must have shape"),
+    (1, np.eye(N + 1), r"init_cov must have shape \(N, N\)"),
+    (2, np.eye(2), r"F must have shape \(N, N\)"),
+    (4, np.ones((D, N + 1)), r"H must have shape \(D, N\)"),
+    (5, np.eye(D + 1), r"R must have shape \(D, D\)"),
+    (5, -np.eye(D), "R must be positive definite"),
+    (5, np.zeros((D, D)), "R must be positive definite"),
+    (3, np.array([[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), "Q must be positive semi-definite"),
+    (3, np.triu(np.ones((N, N))), "Q must be symmetric"),
+    (1, -np.eye(N), "init_cov must be positive semi-definite"),
+    (2, np.full((N, N), np.nan), "F contains NaN"),
+    (6, np.ones(T), r"obs must have shape \(T, D\).*obs\[:, None\]"),
+    (6, np.ones((T, D + 1)), "obs has 3 columns but H has 2 rows"),
+    (6, np.full((T, D), np.inf), "obs contains inf"),
+    (6, np.array([["a", "b"]]), "obs must be a numeric array"),
+])
+def test_bad_input_names_the_argument(index, value, match):
+    args = good()
+    args[index] = value
+    with pytest.raises(ValueError if "numeric" not in match else TypeError, match=match):
+        kalman.smoother(*args)
+
+
+def test_bad_options_and_non_finite_results():
+    args = good()
+    with pytest.raises(TypeError, match="parallel must be a bool"):
+        kalman.filter(*args, parallel="yes")
+    with pytest.raises(TypeError, match="key must be a jax PRNG key"):
+        kalman.sample_states(0, *args, 3)
+    with pytest.raises(ValueError, match="num_samples must be >= 1"):
+        kalman.sample_states(jax.random.PRNGKey(0), *args, 0)
+    # states that overflow float64 (F = 1e200 I): a FloatingPointError, never a NaN result
+    huge = list(args)
+    huge[2] = 1e200 * np.eye(N)
+    with pytest.raises(FloatingPointError, match="kalman.filter: the result is not finite"):
+        kalman.filter(*huge)
+    assert driver.Filtered._fields == ("log_likelihood", "means", "covs")
