@@ -32,6 +32,7 @@ from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.infer import init_to_median, init_to_value
 
 from inference import _model, _options, _special, compiled, convergence, latent_newton, sharding
+from inference.hyper import sites as hyper_sites
 from inference.posterior import Posterior
 from inference.progress import Bar
 
@@ -72,6 +73,7 @@ def laplace(
     progress: bool | None = None,
     model_kwargs: dict | None = None,
     shard_data=False,
+    hyper: str | None = None,
     **kwargs,
 ) -> Posterior:
     """Gaussian approximation at the posterior mode of ``model(*args, **kwargs)``.
@@ -83,6 +85,12 @@ def laplace(
     ``shard_data``: ``True`` (all devices) or a `jax.sharding.Mesh` splits the data rows over
     devices for the mode search and the Hessian (see `inference.sharding`; same result as one
     device up to summation order).
+    ``hyper``: ``None`` (one joint Gaussian over every continuous site), ``"map"`` (the
+    hyperparameter sites at the mode of their posterior, the latent Gaussian marginalised by
+    Laplace, ``evidence_method="laplace-map"``) or ``"integrate"`` (an INLA-style mixture over a
+    design of hyperparameter values, ``"laplace-integrated"``); see `inference.hyper`. With
+    ``hyper``, ``tol / 100`` bounds the predicted gain in ``log Z + log p`` left at the mode and
+    ``max_iter`` caps the BFGS iterations.
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -95,6 +103,7 @@ def laplace(
     max_iter = _options.positive_int(max_iter, "max_iter")
     tol = _options.positive_float(tol, "tol")
     seed = _options.seed(seed)
+    hyper_sites.check_option(hyper)
     bar = Bar(_options.progress(progress), 2, "laplace", "stage")  # shown only on a fit of over a second
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     mesh = sharding.resolve_mesh(shard_data)
@@ -113,6 +122,14 @@ def laplace(
     if _special.has_noisy_step(trace):
         raise ValueError("the noisy-step likelihood has no curvature (a step function): the Laplace "
                          "approximation does not apply; use inference.ep or inference.mcmc")
+    if hyper is not None:
+        if mesh is not None:
+            raise ValueError("shard_data: not supported with hyper= (the hyperparameter search runs on one device)")
+        from inference.hyper.laplace_fit import laplace_hyper
+
+        post = laplace_hyper(model, args, kwargs, hyper, num_samples=num_samples, max_iter=max_iter, tol=tol, seed=seed)
+        bar.close()
+        return _model.postprocess(model, post)
 
     key = jax.random.PRNGKey(seed)
     x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, key))

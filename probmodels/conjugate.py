@@ -1,8 +1,10 @@
-"""Exact posterior and log evidence of conjugate Bayesian linear regression: the reference every
-engine is tested against.
+"""Exact posteriors and log evidences of the conjugate models: the references every engine is
+tested against.
 
-Matches `probmodels.linear_regression`: known noise ``sigma`` with ``w ~ N(0, s^2 I)``; or unknown
-precision ``tau ~ Gamma(a0, b0)`` (shape, rate) with ``w | tau ~ N(0, s^2 / tau I)``.
+- `linear_regression_posterior` matches `probmodels.linear_regression`: known noise ``sigma``
+  with ``w ~ N(0, s^2 I)``; or unknown precision ``tau ~ Gamma(a0, b0)`` (shape, rate) with
+  ``w | tau ~ N(0, s^2 / tau I)``.
+- `gp_regression_posterior` matches `probmodels.gp_regression` at fixed kernel and noise.
 
 Example:
     >>> import numpy as np
@@ -92,6 +94,43 @@ def linear_regression_posterior(X, y, *, prior_scale=1.0, noise_scale=None, nois
     )
     cov = scale_matrix * b_n / (a_n - 1.0) if a_n > 1 else np.full((d, d), np.inf)
     return NormalGammaPosterior(mean, cov, scale_matrix, float(a_n), float(b_n), float(log_ev))
+
+
+def gp_regression_posterior(X, y, *, kernel=None, noise=1.0):
+    """Exact posterior of ``f`` at the rows of ``X`` and the log evidence for
+    `probmodels.gp_regression` with fixed hyperparameters: with ``K`` the model's prior covariance
+    (the kernel matrix plus the same jitter, `probmodels.kernels.gram`) and ``C = K + noise^2 I``,
+    ``f | y ~ N(K C^-1 y, K - K C^-1 K)`` and ``log p(y) = log N(y; 0, C)``.
+
+    >>> import numpy as np
+    >>> from probmodels.kernels import RBF
+    >>> X = np.linspace(0, 1, 4)[:, None]
+    >>> post = gp_regression_posterior(X, np.zeros(4), kernel=RBF(0.5), noise=0.1)
+    >>> np.allclose(post.mean, 0.0), post.cov.shape
+    (True, (4, 4))
+    """
+    from probmodels.kernels import RBF, Kernel, gram, hyperpriors
+
+    X = _checks.matrix(X, "X", allow_1d=True)
+    y = _checks.vector(y, X.shape[0], "y")
+    if y is None:
+        raise ValueError("y is required for the posterior")
+    kernel = RBF() if kernel is None else kernel
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a probmodels.kernels.Kernel, got {type(kernel).__name__}")
+    if hyperpriors(kernel) or hasattr(noise, "log_prob"):
+        raise ValueError("kernel/noise: the closed form needs fixed hyperparameters, not priors")
+    noise = np.asarray(noise, dtype=float)
+    if noise.ndim > 1 or not np.all(np.isfinite(noise)) or not np.all(noise > 0):
+        raise ValueError(f"noise must be positive and finite, got {noise!r}")
+    K = np.asarray(gram(kernel, X)[0], dtype=float)
+    C = K + np.diag(np.broadcast_to(noise**2, y.shape))
+    chol = linalg.cho_factor(C, lower=True)
+    alpha = linalg.cho_solve(chol, y)
+    KCinv = linalg.cho_solve(chol, K).T  # K C^-1 (K and C symmetric)
+    cov = K - KCinv @ K
+    log_ev = -0.5 * (y @ alpha + 2 * np.sum(np.log(np.diag(chol[0]))) + len(y) * np.log(2 * np.pi))
+    return GaussianPosterior(K @ alpha, 0.5 * (cov + cov.T), float(log_ev))
 
 
 def beta_bernoulli_log_evidence(successes: int, trials: int, a: float = 1.0, b: float = 1.0) -> float:

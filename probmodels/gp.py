@@ -1,17 +1,25 @@
-"""Latent Gaussian-process classifiers: the probit/logit GP classifier and the Bayes machine.
+"""Latent Gaussian-process models: GP regression, the probit/logit GP classifier and the Bayes machine.
 
-Both put a GP prior on the latent values at the training inputs,
+Each puts a GP prior on the latent values at the training inputs,
 ``f ~ MultivariateNormal(0, K + jitter I)`` with ``K = kernel(X, X)`` (default ``RBF()``) and the
 smallest jitter that makes ``K`` numerically positive definite (`probmodels.kernels.gram`; at least
 ``1e-6`` x mean diagonal in float64). Labels are accepted as {0, 1}, {-1, +1} or bool and observed
 internally as {0, 1}.
 
+- ``gp_regression``: ``y_i ~ Normal(f_i, noise^2)``; closed-form posterior and evidence in
+  `probmodels.conjugate.gp_regression_posterior`. Sites ``f``, ``y``.
 - ``gp_classifier``: ``y_i ~ Bernoulli(Phi(f_i))`` (probit) or ``Bernoulli(sigmoid(f_i))`` (logit).
   Sites ``f``, ``y``.
 - ``bayes_machine``: ``P(y_i | f_i, eps) = eps + (1 - 2 eps) step(t_i f_i)`` (``t_i = 2 y_i - 1``),
   ``eps ~ Beta(noise_prior)`` the label-noise rate (Hernández-Lobato 2009, ch. 6). Sites ``f``,
   ``eps``, ``y`` (`inference.distributions.NoisyStep`). EP runs its own kernel-form algorithm
   (`inference.ep.bayes_machine`), MCMC elliptical slice sampling plus a Gibbs step for ``eps``.
+
+Hyperparameters with priors: a kernel parameter given as a NumPyro distribution
+(``RBF(lengthscale=dist.LogNormal(0.0, 1.0))``, `probmodels.kernels`) and GP regression's ``noise``
+given as one become sample sites (``lengthscale``, ``variance``, ``noise``, ...) drawn before
+``f``: every engine infers them with the rest, and `inference.laplace` (``hyper="map"`` or
+``"integrate"``) optimises or integrates over them with ``f`` marginalised.
 
 Example:
     >>> import numpy as np, inference
@@ -35,9 +43,9 @@ from jax.scipy.special import log_ndtr
 
 from inference.distributions import NoisyStep
 from probmodels import _checks
-from probmodels.kernels import RBF, Kernel, gram
+from probmodels.kernels import RBF, Kernel, _check_positive, _is_prior, gram, sample_hyperparameters
 
-__all__ = ["gp_classifier", "bayes_machine", "latent_predictive", "demo_cases"]
+__all__ = ["gp_regression", "gp_classifier", "bayes_machine", "latent_predictive", "demo_cases"]
 
 LINKS = ("probit", "logit")
 
@@ -46,14 +54,19 @@ def _inputs(X, y, kernel):
     X = _checks.matrix(X, "X", allow_1d=True)
     n = X.shape[0]
     y = _checks.binary_labels(y, n, "y")
+    return X, n, y, _kernel(kernel)
+
+
+def _kernel(kernel):
     if kernel is None:
-        kernel = RBF()
-    elif not isinstance(kernel, Kernel):
+        return RBF()
+    if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be a probmodels.kernels.Kernel (e.g. RBF()), got {type(kernel).__name__}")
-    return X, n, y, kernel
+    return kernel
 
 
 def _latent(X, n, kernel):
+    kernel = sample_hyperparameters(kernel)  # priors given for its parameters become sites
     K, jitter = gram(kernel, X, name=f"kernel matrix {kernel!r} at X")
     # gram has checked K + jitter is positive definite (naming the kernel) when K is concrete;
     # NumPyro's own check would compile an eigendecomposition at every new shape. The jitter
@@ -63,10 +76,41 @@ def _latent(X, n, kernel):
                                                        validate_args=False), infer=infer)
 
 
+def gp_regression(X, y=None, *, kernel=None, noise=1.0):
+    """GP regression: ``f ~ GP(0, kernel)`` at the rows of ``X``, ``y_i ~ Normal(f_i, noise^2)``.
+
+    ``noise`` is the noise standard deviation: a positive number, or a prior on it (a NumPyro
+    distribution on (0, inf), e.g. ``dist.HalfNormal(1.0)``), then sampled as site ``noise``.
+    Kernel parameters may be priors too (`probmodels.kernels`). The exact posterior of ``f`` and
+    the log evidence at fixed values: `probmodels.conjugate.gp_regression_posterior`.
+
+    Example:
+        >>> import numpy as np, inference
+        >>> from probmodels import gp_regression, conjugate
+        >>> from probmodels.kernels import RBF
+        >>> X = np.linspace(-1, 1, 20)[:, None]; y = np.sin(3 * X[:, 0])
+        >>> post = inference.laplace(gp_regression, X, y, kernel=RBF(0.5), noise=0.1, num_samples=50)
+        >>> exact = conjugate.gp_regression_posterior(X, y, kernel=RBF(0.5), noise=0.1)
+        >>> bool(abs(post.log_evidence - exact.log_evidence) < 1e-8)
+        True
+    """
+    X = _checks.matrix(X, "X", allow_1d=True)
+    n = X.shape[0]
+    y = _checks.vector(y, n, "y")
+    kernel = _kernel(kernel)
+    _check_positive(noise, "noise", "gp_regression")
+    f = _latent(X, n, kernel)
+    scale = numpyro.sample("noise", noise) if _is_prior(noise) else noise
+    numpyro.sample("y", dist.Normal(f, scale), obs=y)
+
+
 def gp_classifier(X, y=None, *, kernel=None, link="probit"):
     """GP classifier: ``f ~ GP(0, kernel)`` at the rows of ``X``, ``y_i ~ Bernoulli(link^-1(f_i))``.
 
     ``link`` is ``"probit"`` (``Phi``; EP moments in closed form) or ``"logit"`` (sigmoid).
+    Kernel parameters given as priors (``kernel=RBF(lengthscale=dist.LogNormal(0.0, 1.0))``)
+    are sample sites, learnt with ``inference.laplace(..., hyper="map")`` or integrated over
+    with ``hyper="integrate"``.
 
     Example:
         >>> import numpy as np, inference

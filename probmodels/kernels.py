@@ -9,6 +9,14 @@ products; a number times a kernel scales it.
 Hyperparameters are checked when a kernel is built from concrete values (positive lengthscale,
 variance, ...); under tracing the checks step aside.
 
+A hyperparameter may also be a NumPyro distribution, its prior: ``RBF(lengthscale=dist.LogNormal(0.0,
+1.0))``, or one lengthscale per input (ARD) with ``dist.LogNormal(jnp.zeros(p), 1.0)``. A model then
+calls :func:`sample_hyperparameters`, which draws each one as an ordinary sample site named after
+the parameter (``lengthscale``, ``variance``; ``k1_lengthscale`` inside sums and products), so
+every engine treats it like any other latent (`inference.laplace` and `inference.ep` can also
+optimise or integrate over it: ``hyper=``). A model written by hand does the same with
+``numpyro.sample("lengthscale", ...)`` and ``RBF(lengthscale=...)`` on the sampled value.
+
 Example:
     >>> import numpy as np
     >>> from probmodels.kernels import RBF, Linear, Matern, gram
@@ -33,7 +41,7 @@ import numpy as np
 
 __all__ = [
     "Kernel", "RBF", "Linear", "Polynomial", "Matern", "Constant", "Sum", "Product",
-    "gram", "positive_definite_jitter", "JitterWarning",
+    "gram", "positive_definite_jitter", "JitterWarning", "hyperpriors", "sample_hyperparameters",
 ]  # fmt: skip
 
 
@@ -59,10 +67,45 @@ def _gram_diag(kernel, X):
     return jax.vmap(lambda x: kernel.evaluate(x, x))(X)
 
 
+def _is_prior(value) -> bool:
+    import numpyro.distributions as dist
+
+    return isinstance(value, dist.Distribution)
+
+
+def _check_prior(prior, name: str, kernel: str, *, allow_zero: bool):
+    """A hyperprior must be a proper, continuous distribution on the parameter's range whose draws
+    are a scalar or a 1-D (per-feature) vector."""
+    import numpyro.distributions as dist
+    from numpyro.distributions import constraints
+
+    label = f"{kernel}: the prior of {name} ({type(prior).__name__})"
+    if isinstance(prior, dist.ImproperUniform):
+        raise ValueError(f"{label} is improper: give a proper prior, e.g. dist.LogNormal(0.0, 1.0)")
+    support = prior.support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    if support.is_discrete:
+        raise ValueError(f"{label} is discrete: a kernel hyperparameter needs a continuous prior")
+    lower = getattr(support, "lower_bound", None)
+    if lower is None or _traced(lower) or not np.all(np.asarray(lower) >= 0):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{label} has support {support}: {name} must be {bound}; use a prior on (0, inf) "
+                         "such as dist.LogNormal, dist.Gamma or dist.HalfNormal")
+    shape = tuple(prior.batch_shape) + tuple(prior.event_shape)
+    if len(shape) > 1:
+        raise ValueError(f"{label} draws values of shape {shape}: {name} must be a scalar or a 1-D "
+                         "(per-feature) array")
+    return prior
+
+
 def _check_positive(value, name: str, kernel: str, *, allow_zero: bool = False):
-    """Concrete hyperparameters must be finite and positive (scalars or ARD vectors)."""
+    """Concrete hyperparameters must be finite and positive (scalars or ARD vectors); a prior
+    (a NumPyro distribution) must be proper, continuous and on the positive half-line."""
     if _traced(value):
         return value
+    if _is_prior(value):
+        return _check_prior(value, name, kernel, allow_zero=allow_zero)
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -119,12 +162,15 @@ class Kernel:
             if isinstance(part, Kernel):
                 part._check_features(num_features)
         ls = getattr(self, "lengthscale", None)
+        if _is_prior(ls):
+            ls = np.zeros(tuple(ls.batch_shape) + tuple(ls.event_shape))
         if ls is not None and not _traced(ls) and np.ndim(ls) == 1 and np.size(ls) != num_features:
             raise ValueError(f"{type(self).__name__}: lengthscale has {np.size(ls)} entries (one per feature) "
                              f"but the inputs have {num_features} features")
 
     def __call__(self, X1, X2=None):
         """Gram matrix ``(n1, n2)``; 1-D inputs are treated as ``(n, 1)``; ``X2=None`` means X1."""
+        _no_priors(self)
         X1 = _as_points(X1, "X1")
         X2 = X1 if X2 is None else _as_points(X2, "X2")
         if X1.shape[1] != X2.shape[1]:
@@ -136,6 +182,7 @@ class Kernel:
 
     def diag(self, X):
         """``k(x_i, x_i)`` for every row, without building the Gram matrix."""
+        _no_priors(self)
         X = _as_points(X, "X")
         self._check_features(X.shape[1])
         return _gram_diag(self, X) if _is_pytree(self) else _gram_diag.__wrapped__(self, X)
@@ -162,12 +209,73 @@ class Kernel:
         def show(v):
             if _traced(v):
                 return "<traced>"
+            if _is_prior(v):
+                return f"~{type(v).__name__}"
             a = np.asarray(v)
             return f"{a.item():g}" if a.ndim == 0 else np.array2string(a, precision=3)
 
         parts = [f"{n}={show(getattr(self, n))}" for n in self._leaves]
         parts += [f"{n}={getattr(self, n)!r}" for n in self._static]
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def hyperpriors(kernel: Kernel, prefix: str = "") -> dict:
+    """The kernel's hyperparameters given as priors, by the name of the sample site
+    :func:`sample_hyperparameters` gives each (``prefix`` + ``lengthscale``; inside sums and
+    products ``prefix`` + ``k1_lengthscale``, ...).
+
+    >>> import numpyro.distributions as dist
+    >>> sorted(hyperpriors(RBF(lengthscale=dist.LogNormal(0.0, 1.0)) + Linear(variance=dist.HalfNormal(1.0))))
+    ['k1_lengthscale', 'k2_variance']
+    """
+    out = {}
+    for name in kernel._leaves:
+        value = getattr(kernel, name)
+        if isinstance(value, Kernel):
+            out.update(hyperpriors(value, f"{prefix}{name}_"))
+        elif _is_prior(value):
+            out[prefix + name] = value
+    return out
+
+
+def sample_hyperparameters(kernel: Kernel, prefix: str = "") -> Kernel:
+    """``kernel`` with each hyperparameter given as a prior replaced by a NumPyro sample site
+    (named as in :func:`hyperpriors`); call it inside a model. A kernel without priors is
+    returned as it is (no site).
+
+    Example (a GP regression written by hand, the lengthscale learnt):
+        >>> import jax.numpy as jnp, numpy as np, numpyro, numpyro.distributions as dist
+        >>> def model(X, y=None, kernel=RBF(lengthscale=dist.LogNormal(0.0, 1.0))):
+        ...     k = sample_hyperparameters(kernel)
+        ...     K, _ = gram(k, X)
+        ...     f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(len(X)), covariance_matrix=K))
+        ...     numpyro.sample("y", dist.Normal(f, 0.1), obs=y)
+        >>> X = np.linspace(0, 1, 5)[:, None]
+        >>> tr = numpyro.handlers.trace(numpyro.handlers.seed(model, 0)).get_trace(X)
+        >>> tr["lengthscale"]["fn"]
+        <numpyro.distributions.continuous.LogNormal object at ...>
+    """
+    import numpyro
+
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be a probmodels.kernels.Kernel, got {type(kernel).__name__}")
+    changes = {}
+    for name in kernel._leaves:
+        value = getattr(kernel, name)
+        if isinstance(value, Kernel):
+            new = sample_hyperparameters(value, f"{prefix}{name}_")
+            if new is not value:
+                changes[name] = new
+        elif _is_prior(value):
+            changes[name] = numpyro.sample(prefix + name, value)
+    return dataclasses.replace(kernel, **changes) if changes else kernel
+
+
+def _no_priors(kernel):
+    priors = hyperpriors(kernel)
+    if priors:
+        raise ValueError(f"{kernel!r} has priors on {sorted(priors)}: it cannot be evaluated before they "
+                         "are drawn; inside a model, call probmodels.kernels.sample_hyperparameters(kernel) first")
 
 
 def _as_points(X, name):
