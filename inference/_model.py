@@ -15,7 +15,9 @@ from numpyro.infer import Predictive, init_to_uniform
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
 from inference import compiled
+from inference.conditional import changed_latents, conditional_draws
 from inference.latent import recovering, site_init  # noqa: F401 - engines call _model.site_init
+from inference.trace_reading import latent_sites, observed_sites  # noqa: F401 - engines call _model.latent_sites
 
 
 def init_strategy(model, args, kwargs, seed, default):
@@ -106,21 +108,6 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
-
-
-def observed_sites(trace) -> dict[str, np.ndarray]:
-    return {
-        name: np.asarray(site["value"])
-        for name, site in trace.items()
-        if site["type"] == "sample" and site["is_observed"]
-    }
-
-
-def latent_sites(trace) -> list[str]:
-    return [
-        name for name, site in trace.items()
-        if site["type"] == "sample" and not site["is_observed"]
-    ]
 
 
 def deterministic_sites(trace) -> list[str]:
@@ -228,8 +215,6 @@ def to_chains(flat: dict, num_chains: int) -> dict[str, np.ndarray]:
 
 def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     """Posterior predictive of the observed sites at new inputs, one draw per posterior draw."""
-    from inference.conditional import changed_latents, conditional_draws
-
     model = post.model
     trace = trace_model(model, args, kwargs)
     latent = set(latent_sites(trace))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from inference.trace_reading import unwrap
+
 
 def has_spike_and_slab(trace) -> bool:
     # No import: a SpikeSlab site needs its module loaded, so an unloaded module means there is none
@@ -24,13 +26,4 @@ def has_noisy_step(trace) -> bool:
     module = sys.modules.get("inference.distributions")
     if module is None:
         return False
-    return any(
-        site["type"] == "sample" and isinstance(_base(site["fn"]), module.NoisyStep) for site in trace.values()
-    )
-
-
-def _base(fn):
-    """Strip Independent / ExpandedDistribution wrappers."""
-    while hasattr(fn, "base_dist"):
-        fn = fn.base_dist
-    return fn
+    return any(site["type"] == "sample" and isinstance(unwrap(site["fn"]), module.NoisyStep) for site in trace.values())

@@ -28,6 +28,7 @@ from numpyro.primitives import Messenger
 from inference import _model, _options, compiled, convergence
 from inference.ep.driver import gaussian_fit
 from inference.posterior import Posterior
+from inference.trace_reading import gaussian_prior
 
 LOCAL_ENGINES = ("ep", "laplace", "mcmc")
 _DEFAULT_TOL = {"ep": 1e-4, "laplace": 1e-4, "mcmc": 0.05}
@@ -59,21 +60,12 @@ def _with_cavity(model, name):
 
 def _gaussian_prior(name, site):
     """Mean and covariance of a Normal / MultivariateNormal prior on a real vector."""
-    fn = site["fn"]
     value = np.asarray(site["value"])
     if value.ndim != 1:
         raise ValueError(f"distributed_ep needs the latent site to be a vector; site {name!r} has "
                          f"shape {value.shape}")
-    base = fn.base_dist if isinstance(fn, dist.Independent) else fn
-    d = value.shape[0]
-    if isinstance(base, dist.Normal):
-        mean = np.broadcast_to(np.asarray(base.loc, float), (d,)).copy()
-        cov = np.diag(np.broadcast_to(np.asarray(base.scale, float) ** 2, (d,)))
-        return mean, cov
-    if isinstance(base, dist.MultivariateNormal):
-        return np.asarray(base.loc, float), np.asarray(base.covariance_matrix, float)
-    raise ValueError(f"distributed_ep needs a Gaussian prior on the latent site; site {name!r} has a "
-                     f"{type(base).__name__} prior (use inference.mcmc or inference.vi on the full data)")
+    mean, cov = gaussian_prior(name, site, "distributed_ep", "use inference.mcmc or inference.vi on the full data")
+    return np.asarray(mean, float), np.asarray(cov, float)
 
 
 def _log_partition(Q, r):

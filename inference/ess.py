@@ -29,10 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _model
+from inference import _model, linalg
 from inference import progress as progress_bar
 from inference import convergence as _convergence
+from inference.bayes_machine_model import JITTER_LADDER, bayes_machine_parts
+from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.posterior import Posterior
+from inference.trace_reading import LatentBlock
 
 MAX_SHRINKS = 100
 
@@ -141,12 +144,10 @@ def default_thinning(n: int) -> int:
 def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_chains, seed, progress,
                    thinning=None) -> Posterior:
     """Elliptical slice sampling of the latent GP + Gibbs for the Beta noise rate, for a model that
-    `inference.ep.bm_posterior.bayes_machine_parts` recognises (GP latent, NoisyStep likelihood,
+    `inference.bayes_machine_model.bayes_machine_parts` recognises (GP latent, NoisyStep likelihood,
     Beta or fixed noise rate). ``num_warmup`` and ``num_samples`` count kept draws, each
     ``thinning`` steps apart (default `default_thinning`). ``converged`` as for every MCMC run
     (`inference.convergence.mcmc`)."""
-    from inference.ep.bm_posterior import bayes_machine_parts
-
     parts = bayes_machine_parts(trace)
     chol_K, _ = _cholesky(parts.K)
     dtype = chol_K.dtype
@@ -199,28 +200,24 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
 def _make_predictor(model, args, kwargs, parts, chol_K, samples):
     """``post.predict(X_new)``: for every draw of the training latents, a draw of the latent at the
     new inputs from the GP conditional ``N(m* + K*n K^-1 (f - m0), k** - diag(K*n K^-1 Kn*))``
-    (the joint prior read from the model as in `inference.ep.bm_posterior`), then labels from
+    (the joint prior read from the model by `inference.conditional.latent_at_new_inputs`), then labels from
     NoisyStep with that draw's eps: ``y = step(f*)``, flipped with probability eps. Done in NumPy
     (eager JAX would compile every operation anew for each shape of new inputs)."""
-    import scipy.linalg
-
-    from inference.ep.bm_posterior import _chunks, _num_new, joint_prior
-
     L = np.asarray(chol_K)
+    block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
 
     def predictor(rng_key, *new_args, **new_kwargs):
-        m = _num_new(new_args, new_kwargs)
+        m = num_new(new_args, new_kwargs)
         f = np.asarray(samples[parts.latent])
         num_chains, num_draws = f.shape[:2]
         g = f.reshape(num_chains * num_draws, -1) - parts.prior_mean  # (s, n)
         rng = np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
         out = []
-        for c_args, c_kwargs in _chunks(new_args, new_kwargs, m):
-            K_cross, k_diag, m_new = joint_prior(model, args, kwargs, c_args, c_kwargs, parts)
-            W = scipy.linalg.solve_triangular(L, np.asarray(K_cross).T, lower=True)  # L^-1 Kn*
-            A = scipy.linalg.solve_triangular(L.T, W, lower=False)  # K^-1 Kn*
-            sd = np.sqrt(np.maximum(np.asarray(k_diag) - np.sum(W * W, 0), 0.0))
-            out.append(np.asarray(m_new) + g @ A + sd * rng.standard_normal((g.shape[0], A.shape[1])))
+        for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
+            K_cross, k_diag, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
+                                                          c_args, c_kwargs)
+            A, var = linalg.conditional(L, K_cross, k_diag)  # A = K*n K^-1
+            out.append(np.asarray(m_new) + g @ A.T + np.sqrt(var) * rng.standard_normal((g.shape[0], A.shape[0])))
         f_new = np.concatenate(out, axis=1)
         if parts.learn_noise:
             eps = np.asarray(samples[parts.eps_site]).reshape(-1, 1)
@@ -235,6 +232,7 @@ def _make_predictor(model, args, kwargs, parts, chol_K, samples):
 
 
 def _cholesky(K):
-    from inference.ep.bayes_machine import cholesky_jitter
-
-    return cholesky_jitter(K, "prior covariance")
+    """The prior's Cholesky factor (JAX's float dtype), jittered as the Bayes machine's EP does."""
+    L, jitter = linalg.cholesky_jitter(np.asarray(K, float), "prior covariance", ladder=JITTER_LADDER,
+                                       dtype=jnp.result_type(float))
+    return jnp.asarray(L), jitter

@@ -55,7 +55,8 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
-from inference import _options
+from inference import _options, linalg
+from inference.bayes_machine_model import JITTER_LADDER
 
 SCHEDULES = ("parallel", "sequential")
 NEGATIVE_SITES = ("clip", "allow")
@@ -401,23 +402,11 @@ def labels_pm1(y, n: int, name: str = "y") -> np.ndarray:
 
 
 def cholesky_jitter(K, name: str = "K") -> tuple[jax.Array, float]:
-    """Cholesky factor of ``K + jitter I`` with the smallest jitter on ``0, 1e-10, ..., 1e-4`` x mean
-    diagonal that works; a ValueError naming ``name`` if none does."""
-    K = np.asarray(K, dtype=float)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"{name} must be a square matrix, got shape {K.shape}")
-    if not np.all(np.isfinite(K)):
-        raise ValueError(f"{name} contains NaN or inf")
-    scale = float(np.mean(np.diag(K)))
-    if not scale > 0 or np.max(np.abs(K - K.T)) > 1e-6 * scale:
-        raise ValueError(f"{name} must be a symmetric positive definite matrix (mean diagonal {scale:g})")
-    Kj = jnp.asarray(K)
-    for rel in (0.0, 1e-10, 1e-8, 1e-6, 1e-4):
-        L = jnp.linalg.cholesky(Kj + rel * scale * jnp.eye(K.shape[0], dtype=Kj.dtype))
-        if bool(jnp.all(jnp.isfinite(L))) and bool(jnp.all(jnp.diag(L) > 0)):
-            return L, rel * scale
-    raise ValueError(f"{name} is not positive definite even with jitter 1e-4 x mean diagonal "
-                     f"(smallest eigenvalue {np.linalg.eigvalsh(K)[0]:.3g})")
+    """Cholesky factor (JAX's float dtype) of ``K + jitter I`` with the smallest jitter on
+    `JITTER_LADDER` that works (`inference.linalg.cholesky_jitter`); a ValueError naming ``name``."""
+    L, jitter = linalg.cholesky_jitter(np.asarray(K, dtype=float), name, ladder=JITTER_LADDER,
+                                       dtype=jnp.result_type(float))
+    return jnp.asarray(L), jitter
 
 
 def check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fixed_eps):

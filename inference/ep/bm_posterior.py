@@ -40,83 +40,12 @@ import numpyro.distributions as dist
 from jax.scipy.linalg import solve_triangular
 
 from inference import _model, _options, convergence
-from inference._special import _base
+from inference.bayes_machine_model import BMParts, bayes_machine_parts  # noqa: F401
+from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
 from inference.posterior import Posterior
-
-CHUNK = 512
-
-
-class BMParts:
-    """The pieces of a Bayes-machine-like model read from one concrete trace."""
-
-    def __init__(self, latent, observed, eps_site, K, prior_mean, t, noise_prior, fixed_eps):
-        self.latent, self.observed, self.eps_site = latent, observed, eps_site
-        self.K, self.prior_mean, self.t = K, prior_mean, t
-        self.noise_prior, self.fixed_eps = noise_prior, fixed_eps
-
-    @property
-    def learn_noise(self) -> bool:
-        return self.eps_site is not None
-
-
-def _gaussian_prior(name, fn):
-    base = _base(fn)
-    if isinstance(base, dist.MultivariateNormal):
-        return np.asarray(base.covariance_matrix), np.broadcast_to(np.asarray(base.loc), base.event_shape)
-    if isinstance(base, dist.Normal):
-        scale = np.broadcast_to(np.asarray(base.scale), fn.shape())
-        return np.diag(scale.ravel() ** 2), np.broadcast_to(np.asarray(base.loc), fn.shape()).ravel()
-    raise ValueError(f"site {name!r}: the NoisyStep latent must have a MultivariateNormal (GP) or Normal "
-                     f"prior, got {type(base).__name__}")
-
-
-def bayes_machine_parts(trace) -> BMParts:
-    """Recognise latent GP + NoisyStep likelihood (+ Beta noise rate) in a concrete trace."""
-    samples = {n: s for n, s in trace.items() if s["type"] == "sample"}
-    noisy = [n for n, s in samples.items() if isinstance(_base(s["fn"]), NoisyStep)]
-    if len(noisy) != 1:
-        raise ValueError(f"expected exactly one NoisyStep likelihood site, found {noisy or 'none'}")
-    obs = noisy[0]
-    if not samples[obs]["is_observed"]:
-        raise ValueError(f"site {obs!r}: the NoisyStep site has no observed labels (pass y=...)")
-    others = [n for n, s in samples.items() if s["is_observed"] and n != obs]
-    if others:
-        raise ValueError(f"site {others[0]!r}: EP for the Bayes machine handles one NoisyStep likelihood; "
-                         f"another observed site is not supported")
-    nstep = _base(samples[obs]["fn"])
-    f_val, eps_val = np.asarray(nstep.f), np.asarray(nstep.eps)
-    if f_val.ndim != 1:
-        raise ValueError(f"site {obs!r}: NoisyStep must have a 1-D batch of labels, got shape {f_val.shape}")
-    latents = [n for n, s in samples.items() if not s["is_observed"]]
-    f_site = next((n for n in latents if np.shape(samples[n]["value"]) == f_val.shape
-                   and np.array_equal(np.asarray(samples[n]["value"]), f_val)), None)
-    if f_site is None:
-        raise ValueError(f"site {obs!r}: NoisyStep's f must be the value of a latent Gaussian site itself "
-                         f"(not a transformation of one)")
-    K, m0 = _gaussian_prior(f_site, samples[f_site]["fn"])
-    eps_site, noise_prior, fixed_eps = None, None, 0.0
-    if not np.all(eps_val == eps_val.ravel()[0]):
-        raise ValueError(f"site {obs!r}: NoisyStep's eps must be one scalar noise rate shared by all labels")
-    e = float(eps_val.ravel()[0])
-    eps_site = next((n for n in latents if n != f_site and np.ndim(samples[n]["value"]) == 0
-                     and float(samples[n]["value"]) == e), None)
-    if eps_site is not None:
-        beta = _base(samples[eps_site]["fn"])
-        if not isinstance(beta, dist.Beta):
-            raise ValueError(f"site {eps_site!r}: the noise rate needs a Beta prior for EP, got {type(beta).__name__}")
-        noise_prior = (float(beta.concentration1), float(beta.concentration0))
-    elif not (0.0 <= e < 0.5):
-        raise ValueError(f"site {obs!r}: a fixed noise rate must lie in [0, 0.5), got {e}")
-    else:
-        fixed_eps = e
-    extra = [n for n in latents if n not in (f_site, eps_site)]
-    if extra:
-        raise ValueError(f"site {extra[0]!r}: EP for the Bayes machine handles only the GP latent "
-                         f"({f_site!r}) and a Beta noise rate; this latent site is not supported")
-    t = np.where(np.asarray(samples[obs]["value"]) > 0.5, 1.0, -1.0)
-    return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
+from inference.trace_reading import LatentBlock
 
 
 @partial(jax.jit, static_argnames=("num_samples", "learn_noise"))
@@ -231,75 +160,16 @@ def _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes):
 # --------------------------------------------------------------------------- prediction
 
 
-def _is_data(v, n=None):
-    return isinstance(v, (np.ndarray, jax.Array)) and np.ndim(v) >= 1 and (n is None or np.shape(v)[0] == n)
-
-
-def stacked_inputs(train_args, train_kwargs, new_args, new_kwargs, n):
-    """Model arguments with every training data array (leading axis n) stacked over the new one
-    given at the same position / keyword; training data arrays not given anew are dropped."""
-    args = []
-    for i, new in enumerate(new_args):
-        old = train_args[i] if i < len(train_args) else None
-        args.append(_stack(old, new, n))
-    kwargs = {k: v for k, v in train_kwargs.items() if not _is_data(np.asarray(v) if isinstance(v, list) else v, n)}
-    for k, new in new_kwargs.items():
-        kwargs[k] = _stack(train_kwargs.get(k), new, n)
-    return tuple(args), kwargs
-
-
-def _stack(old, new, n):
-    if _is_data(old, n):
-        new_arr = np.asarray(new)
-        if new_arr.ndim == np.ndim(old) and new_arr.shape[1:] == np.shape(old)[1:]:
-            return np.concatenate([np.asarray(old), new_arr], axis=0)
-        if new_arr.ndim == 1 and np.ndim(old) == 2 and np.shape(old)[1] == 1:
-            return np.concatenate([np.asarray(old), new_arr[:, None]], axis=0)
-    return new
-
-
-def joint_prior(model, train_args, train_kwargs, new_args, new_kwargs, parts):
-    """``(K_cross (m, n), k_diag (m,), prior mean (m,))`` at the new inputs, read from the model."""
-    n = parts.K.shape[0]
-    args, kwargs = stacked_inputs(train_args, train_kwargs, new_args, new_kwargs, n)
-    trace = _model.trace_model(model, args, kwargs)
-    if parts.latent not in trace:
-        raise ValueError(f"predict: the model run on the new inputs has no site {parts.latent!r}")
-    K_joint, m_joint = _gaussian_prior(parts.latent, trace[parts.latent]["fn"])
-    if K_joint.shape[0] <= n:
-        raise ValueError("predict: could not stack the new inputs onto the training inputs; pass them at "
-                         "the same positions / keywords as the training inputs")
-    block = K_joint[:n, :n]
-    off = ~np.eye(n, dtype=bool)
-    scale = float(np.mean(np.diag(parts.K)))
-    if not np.allclose(block[off], parts.K[off], rtol=1e-6, atol=1e-9 * scale):
-        raise ValueError("predict: the model's prior covariance on the stacked inputs does not reproduce "
-                         "the training covariance; pass new inputs the way the training inputs were passed")
-    return K_joint[n:, :n], np.diag(K_joint)[n:], m_joint[n:]
-
-
-def _chunks(new_args, new_kwargs, m):
-    for start in range(0, m, CHUNK):
-        sl = slice(start, min(start + CHUNK, m))
-        cut = lambda v: np.asarray(v)[sl] if _is_data(np.asarray(v) if isinstance(v, list) else v, m) else v  # noqa: E731
-        yield tuple(cut(v) for v in new_args), {k: cut(v) for k, v in new_kwargs.items()}
-
-
-def _num_new(new_args, new_kwargs):
-    for v in list(new_args) + list(new_kwargs.values()):
-        if _is_data(np.asarray(v) if isinstance(v, list) else v):
-            return int(np.shape(v)[0])
-    raise ValueError("predict needs new inputs (an array with one row per new point)")
-
-
 def _make_predictor(model, args, kwargs, parts, res, sparse, samples):
     active = None if sparse is None else np.asarray(sparse.active)
+    block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
 
     def predictor(rng_key, *new_args, **new_kwargs):
-        m = _num_new(new_args, new_kwargs)
+        m = num_new(new_args, new_kwargs)
         means, variances = [], []
-        for c_args, c_kwargs in _chunks(new_args, new_kwargs, m):
-            K_cross, k_diag, m_new = joint_prior(model, args, kwargs, c_args, c_kwargs, parts)
+        for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
+            K_cross, k_diag, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
+                                                          c_args, c_kwargs)
             if active is not None:
                 K_cross = K_cross[:, active]
             f_mean, f_var, _ = bm.predict(res, K_cross, k_diag, prior_mean=m_new)

@@ -38,27 +38,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from numpyro import handlers
-from scipy.linalg import block_diag
 from scipy.special import ndtri
 
-from inference import compiled
-from inference._model import latent_sites, observed_sites
 from inference.ep.gaussian import LatentMap
 from inference.ep.graph import (Graph, NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key,
                                 link_constants, program, split, tag)
 from inference.ep.problem import EPProblem, SiteGroup
+from inference.trace_reading import (GAUSSIAN_PRIORS, LatentBlock, abstract_trace, latent_blocks,  # noqa: F401
+                                     latent_sites, observed_sites, prior_of, run_with, unflatten, unwrap)
+from inference.trace_reading import gaussian_prior as _gaussian_prior
 
-GAUSSIAN_PRIORS = (dist.Normal, dist.MultivariateNormal, dist.LowRankMultivariateNormal)
 ADVICE = "use inference.laplace, inference.vi or inference.mcmc for this model"
-
-
-@dataclass
-class LatentBlock:
-    name: str
-    shape: tuple
-    offset: int
-    size: int
 
 
 @dataclass
@@ -76,99 +66,13 @@ class Recognised:
     site_kinds: dict = field(default_factory=dict)
 
 
-def unwrap(fn):
-    """Strip ``Independent`` and ``ExpandedDistribution`` wrappers."""
-    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution)):
-        fn = fn.base_dist
-    return fn
-
-
 def _float():
     return jnp.result_type(float)
 
 
 def gaussian_prior(name, site):
     """(mean, cov) of a latent site, flat (jnp; traceable), or a ValueError naming the site."""
-    fn = site["fn"]
-    base = unwrap(fn)
-    if getattr(fn.support, "is_discrete", False):
-        raise ValueError(
-            f"latent site {name!r} is discrete ({type(base).__name__}); EP needs Gaussian latent sites "
-            f"(Normal / MultivariateNormal); marginalise it in the model or {ADVICE}")
-    if not isinstance(base, GAUSSIAN_PRIORS):
-        raise ValueError(
-            f"latent site {name!r} has a {type(base).__name__} prior; EP handles Gaussian latent sites "
-            f"only (Normal / MultivariateNormal): fix its value as a model argument, or {ADVICE}")
-    shape = jnp.shape(site["value"])
-    if isinstance(base, dist.Normal):
-        mean = jnp.ravel(jnp.broadcast_to(base.loc, shape))
-        return mean, jnp.diag(jnp.ravel(jnp.broadcast_to(base.scale**2, shape)))
-    k = base.event_shape[-1]
-    mean = jnp.ravel(jnp.broadcast_to(base.loc, shape))
-    covs = jnp.reshape(jnp.broadcast_to(base.covariance_matrix, shape + (k,)), (-1, k, k))
-    return mean, jax.scipy.linalg.block_diag(*covs) if covs.shape[0] > 1 else covs[0]
-
-
-def latent_blocks(trace, names=None):
-    blocks, offset = [], 0
-    for name in latent_sites(trace):
-        if names is not None and name not in names:
-            continue
-        shape = tuple(np.shape(trace[name]["value"]))
-        size = int(np.prod(shape))
-        blocks.append(LatentBlock(name, shape, offset, size))
-        offset += size
-    return blocks
-
-
-def abstract_trace(model, args, kwargs, seed=0):
-    """The model's sample sites with shapes only (``jax.eval_shape``: nothing runs or compiles)."""
-    latent = {}
-
-    def values():
-        tr = handlers.trace(handlers.seed(model, rng_seed=seed)).get_trace(*args, **kwargs)
-        sites = {n: s for n, s in tr.items() if s["type"] == "sample"}
-        latent.update({n: not s["is_observed"] for n, s in sites.items()})
-        return {n: s["value"] for n, s in sites.items()}
-
-    shapes = jax.eval_shape(values)
-    return {n: {"type": "sample", "is_observed": not latent[n], "value": v} for n, v in shapes.items()}
-
-
-def prior_of(model, args, kwargs, blocks, values=None, seed=0):
-    """Prior (m0, S0) of the concatenated latent blocks, from one compiled run of the model (with
-    the latent sites set to ``values`` if given); a ValueError names a non-Gaussian or NaN site.
-    ``values`` may be a list of such dicts (one compilation for all): a list of (m0, S0) returns."""
-    def build(rebuild):  # kept per model structure, the data as arguments (see inference.compiled)
-        def run(arrays, values):
-            a, kw = rebuild(arrays)
-            tr = run_with(model, a, kw, values, seed)
-            parts = [gaussian_prior(b.name, tr[b.name]) for b in blocks]
-            return [p[0] for p in parts], [p[1] for p in parts]
-
-        return jax.jit(run)
-
-    many = isinstance(values, list)
-    fn, arrays = compiled.get("ep-prior", model, args, kwargs,
-                              (tuple((b.name, b.shape) for b in blocks), seed), build)
-    out = []
-    for vals in (values if many else [values or {}]):
-        means, covs = fn(arrays, vals)
-        for b, m, c in zip(blocks, means, covs):
-            if not (np.all(np.isfinite(np.asarray(m))) and np.all(np.isfinite(np.asarray(c)))):
-                raise ValueError(f"latent site {b.name!r}: its prior mean or covariance has NaN or inf entries")
-        out.append((np.concatenate([np.asarray(m, float) for m in means]),
-                    block_diag(*[np.asarray(c, float) for c in covs])))
-    return out if many else out[0]
-
-
-def unflatten(u, blocks):
-    return {b.name: jnp.reshape(u[b.offset:b.offset + b.size], b.shape) for b in blocks}
-
-
-def run_with(model, args, kwargs, values, seed=0):
-    """Trace the model with the latent sites set to ``values``."""
-    return handlers.trace(handlers.substitute(handlers.seed(model, rng_seed=seed), data=values)).get_trace(*args, **kwargs)
+    return _gaussian_prior(name, site, "EP", ADVICE)
 
 
 def _check_observed(trace):
@@ -180,7 +84,7 @@ def _check_observed(trace):
 def _site_log_lik(site):
     """Per-observation log-likelihood of an observed site (mask and scale applied)."""
     fn = site["fn"]
-    base = unwrap(fn)
+    base = unwrap(fn, masked=False)
     if base.event_shape and not isinstance(base, dist.distribution.Unit):
         raise ValueError(
             f"observed site {site['name']!r} is multivariate (event shape {base.event_shape}); EP needs one "
@@ -211,7 +115,7 @@ def recognise(model, args, kwargs, trace, seed: int = 0, num_points: int = 96) -
     u1 = u0 + np.random.default_rng(seed).standard_normal(D)
     # The prior at two values of the latent: it must not change (no latent depends on another).
     (m0, S0), (m1, S1) = prior_of(model, args, kwargs, blocks, [unflatten(jnp.asarray(u, _float()), blocks)
-                                                              for u in (u0, u1)], seed)
+                                                              for u in (u0, u1)], seed, "EP", ADVICE)
     _check_prior_independent(blocks, m0, S0, m1, S1)
     u1 = m0 + np.sqrt(np.maximum(np.diag(S0), 1e-12)) * np.random.default_rng(seed + 1).standard_normal(D)
 

@@ -29,8 +29,10 @@ import math
 import jax.numpy as jnp
 from jax import lax, random
 from numpyro.distributions import constraints
-from numpyro.distributions.distribution import Distribution, ExpandedDistribution, Independent
+from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import promote_shapes, validate_sample
+
+from inference.trace_reading import unwrap
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -66,13 +68,6 @@ class SpikeSlab(Distribution):
     @property
     def variance(self):
         return jnp.where(self.indicators != 0, self.scale**2, 0.0)
-
-
-def unwrap(fn):
-    """The innermost distribution under ``Independent`` / ``ExpandedDistribution`` wrappers."""
-    while isinstance(fn, (Independent, ExpandedDistribution)):
-        fn = fn.base_dist
-    return fn
 
 
 def is_spike_slab(fn) -> bool:

@@ -34,7 +34,8 @@ from scipy.special import ndtr, ndtri
 from numpyro import handlers
 
 from inference import compiled
-from inference.spikeslab.distribution import SpikeSlab, is_spike_slab, unwrap
+from inference.spikeslab.distribution import SpikeSlab, is_spike_slab
+from inference.trace_reading import unwrap
 
 
 @dataclass(frozen=True)

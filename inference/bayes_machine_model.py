@@ -1,0 +1,95 @@
+"""Reading a Bayes-machine model from its trace, for every engine that handles one (EP in
+`inference.ep.bayes_machine`, elliptical slice sampling in `inference.ess`).
+
+What is recognised (by distribution types and values in the trace, never by the model's name):
+
+- one observed site whose distribution is `inference.distributions.NoisyStep(f, eps)`;
+- its ``f`` is the value of a latent site that is ``MultivariateNormal(loc, cov)`` (or an
+  independent ``Normal``): the GP prior ``N(m0, K)``;
+- its ``eps`` is either the value of a scalar ``Beta(a0, b0)`` latent site (the noise rate is
+  learnt) or a constant (fixed noise, e.g. 0: the "eps=0 machine").
+
+Any other latent or observed site is an error naming it. The prior at new inputs (prediction) is
+read by `inference.conditional.latent_at_new_inputs`.
+
+Example:
+    >>> import numpy as np
+    >>> from inference._model import trace_model
+    >>> from probmodels.gp import bayes_machine
+    >>> X = np.random.default_rng(0).uniform(-1, 1, (8, 2)); y = X[:, 0] > 0
+    >>> parts = bayes_machine_parts(trace_model(bayes_machine, (X, y), {}))
+    >>> parts.latent, parts.eps_site, parts.K.shape, parts.noise_prior
+    ('f', 'eps', (8, 8), (1.0, 10.0))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpyro.distributions as dist
+
+from inference.distributions import NoisyStep
+from inference.trace_reading import gaussian_prior, unwrap
+
+JITTER_LADDER = (0.0, 1e-10, 1e-8, 1e-6, 1e-4)  # jitters tried on the GP prior K (relative to its mean diagonal)
+
+class BMParts:
+    """The pieces of a Bayes-machine-like model read from one concrete trace."""
+
+    def __init__(self, latent, observed, eps_site, K, prior_mean, t, noise_prior, fixed_eps):
+        self.latent, self.observed, self.eps_site = latent, observed, eps_site
+        self.K, self.prior_mean, self.t = K, prior_mean, t
+        self.noise_prior, self.fixed_eps = noise_prior, fixed_eps
+
+    @property
+    def learn_noise(self) -> bool:
+        return self.eps_site is not None
+
+
+def bayes_machine_parts(trace) -> BMParts:
+    """Recognise latent GP + NoisyStep likelihood (+ Beta noise rate) in a concrete trace."""
+    samples = {n: s for n, s in trace.items() if s["type"] == "sample"}
+    noisy = [n for n, s in samples.items() if isinstance(unwrap(s["fn"]), NoisyStep)]
+    if len(noisy) != 1:
+        raise ValueError(f"expected exactly one NoisyStep likelihood site, found {noisy or 'none'}")
+    obs = noisy[0]
+    if not samples[obs]["is_observed"]:
+        raise ValueError(f"site {obs!r}: the NoisyStep site has no observed labels (pass y=...)")
+    others = [n for n, s in samples.items() if s["is_observed"] and n != obs]
+    if others:
+        raise ValueError(f"site {others[0]!r}: EP for the Bayes machine handles one NoisyStep likelihood; "
+                         f"another observed site is not supported")
+    nstep = unwrap(samples[obs]["fn"])
+    f_val, eps_val = np.asarray(nstep.f), np.asarray(nstep.eps)
+    if f_val.ndim != 1:
+        raise ValueError(f"site {obs!r}: NoisyStep must have a 1-D batch of labels, got shape {f_val.shape}")
+    latents = [n for n, s in samples.items() if not s["is_observed"]]
+    f_site = next((n for n in latents if np.shape(samples[n]["value"]) == f_val.shape
+                   and np.array_equal(np.asarray(samples[n]["value"]), f_val)), None)
+    if f_site is None:
+        raise ValueError(f"site {obs!r}: NoisyStep's f must be the value of a latent Gaussian site itself "
+                         f"(not a transformation of one)")
+    if not isinstance(unwrap(samples[f_site]["fn"]), (dist.MultivariateNormal, dist.Normal)):
+        raise ValueError(f"site {f_site!r}: the NoisyStep latent must have a MultivariateNormal (GP) or Normal "
+                         f"prior, got {type(unwrap(samples[f_site]['fn'])).__name__}")
+    m0, K = (np.asarray(x) for x in gaussian_prior(f_site, samples[f_site], "the Bayes machine"))
+    eps_site, noise_prior, fixed_eps = None, None, 0.0
+    if not np.all(eps_val == eps_val.ravel()[0]):
+        raise ValueError(f"site {obs!r}: NoisyStep's eps must be one scalar noise rate shared by all labels")
+    e = float(eps_val.ravel()[0])
+    eps_site = next((n for n in latents if n != f_site and np.ndim(samples[n]["value"]) == 0
+                     and float(samples[n]["value"]) == e), None)
+    if eps_site is not None:
+        beta = unwrap(samples[eps_site]["fn"])
+        if not isinstance(beta, dist.Beta):
+            raise ValueError(f"site {eps_site!r}: the noise rate needs a Beta prior for EP, got {type(beta).__name__}")
+        noise_prior = (float(beta.concentration1), float(beta.concentration0))
+    elif not (0.0 <= e < 0.5):
+        raise ValueError(f"site {obs!r}: a fixed noise rate must lie in [0, 0.5), got {e}")
+    else:
+        fixed_eps = e
+    extra = [n for n in latents if n not in (f_site, eps_site)]
+    if extra:
+        raise ValueError(f"site {extra[0]!r}: EP for the Bayes machine handles only the GP latent "
+                         f"({f_site!r}) and a Beta noise rate; this latent site is not supported")
+    t = np.where(np.asarray(samples[obs]["value"]) > 0.5, 1.0, -1.0)
+    return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
