@@ -83,6 +83,11 @@ def mcmc(
 
     common = dict(num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed,
                   progress=progress)
+    sampler = getattr(model, "mcmc_sampler", None)  # a family's own sampler (the IBP's blocked Gibbs)
+    if callable(sampler):
+        _options.unsupported("this model's own sampler", target_accept=(target_accept, 0.8),
+                             max_tree_depth=(max_tree_depth, 10), chain_method=(chain_method_given, None))
+        return _model.postprocess(model, sampler(model, args, kwargs, trace, **common))
     if _special.has_spike_and_slab(trace) or _special.has_noisy_step(trace):
         # dedicated samplers without a NUTS step, their chains vectorised: refuse NUTS's options
         spikeslab = _special.has_spike_and_slab(trace)

@@ -257,7 +257,7 @@ def _loglik_at_start(post) -> float | None:
     return float(sum(np.sum(v) for v in ll.values()))
 
 
-def collapse(post, margin: float = COLLAPSE_MARGIN) -> dict:
+def collapse(post, margin: float = COLLAPSE_MARGIN, distances=None) -> dict:
     """Whether components (mixture) or states (HMM) have collapsed onto each other. A fit is
     ``flagged`` when the data support more than it found: the posterior mean of the total log
     likelihood, in some chain, falls short of the log likelihood at the model's data-driven start
@@ -265,9 +265,11 @@ def collapse(post, margin: float = COLLAPSE_MARGIN) -> dict:
     issue's HMM lost ~500 nats; a correct fit gains on its start). ``pairs`` lists the components
     within `NEAR` pooled sd of each other in most draws, ``empty`` those holding fewer than
     `EMPTY` of the points in most draws (``z`` / ``states`` draws), ``chains`` the chains short
-    of the start, ``loglik_gap`` the largest shortfall (nats)."""
+    of the start, ``loglik_gap`` the largest shortfall (nats). ``distances``: (chain, draw, K, K)
+    to use instead of `component_distances` (a family whose components are not location-scale
+    pairs, e.g. a mixture of experts)."""
     s = post.samples
-    dist = component_distances(s)
+    dist = component_distances(s) if distances is None else np.asarray(distances)
     k = dist.shape[-1]
     empty = []
     latent = s.get("z", s.get("states"))
@@ -292,14 +294,14 @@ def collapse(post, margin: float = COLLAPSE_MARGIN) -> dict:
     return out
 
 
-def check_collapse(post, warn: bool = True):
+def check_collapse(post, warn: bool = True, distances=None):
     """``post`` with ``diagnostics["collapsed"]`` (`collapse`); a flagged fit also gets
     ``converged=False`` and a warning. Idempotent. Applied by every engine to mixtures
     (`postprocess`) and HMMs (``probmodels.hmm``)."""
     if "collapsed" in post.diagnostics:
         return post
     diagnostics = dict(post.diagnostics)
-    report = collapse(post)
+    report = collapse(post, distances=distances)
     diagnostics["collapsed"] = report
     if report["flagged"]:
         diagnostics["converged"] = False
