@@ -64,27 +64,30 @@ class BayesNet:
         unknown = sorted(set(observed) - set(self.order))
         if unknown:
             raise TypeError(f"unknown node(s) {unknown} passed to the network; its nodes are {list(self.order)}")
+        observed = {n: _observed(n, v, self.cards[n]) for n, v in observed.items()}  # checked before any site
         values = {}
         for node in self.order:
             table = jnp.asarray(self.tables[node])
             index = tuple(jnp.asarray(values[p]).astype(jnp.int32) for p in self.parents[node])
             probs = table[index] if index else table
-            obs = _observed(node, observed.get(node), self.cards[node])
+            obs = observed.get(node)
             fn = dist.Bernoulli(probs=probs[..., 1]) if self.cards[node] == 2 else dist.Categorical(probs=probs)
             values[node] = numpyro.sample(node, fn, obs=obs)
         return values
 
     def factor_tables(self, **observed):
         """``(graph, log_tables, supports, observed)`` as `inference.exact` reads them from a trace,
-        straight from the tables: one factor per node over its unobserved family, sliced at the
-        observed values (so exact inference on a network traces nothing).
+        straight from the tables (so exact inference on a network traces nothing): every node is a
+        variable with one factor over its family (its log table), then one evidence factor per
+        node (log 1 at the observed value and log 0 elsewhere, log 1 everywhere when unobserved).
+        The structure is the same whatever is observed, so one elimination plan serves every query.
 
         Example:
             >>> import probmodels
             >>> net = probmodels.bayes_net({"R": {"p": 0.4}, "W": {"parents": ["R"], "p": [0.2, 0.9]}})
             >>> graph, tables, _, _ = net.factor_tables(W=1)
-            >>> graph.names, graph.scopes, [round(float(v), 4) for v in tables[1]]
-            (('R',), ((0,), (0,)), [-1.6094, -0.1054])
+            >>> graph.names, graph.scopes, graph.observed, tables[3].tolist()
+            (('R', 'W'), ((0,), (0, 1), (0,), (1,)), ('W',), [-inf, 0.0])
         """
         from inference.exact.factors import Graph
 
@@ -92,21 +95,24 @@ class BayesNet:
         if unknown:
             raise TypeError(f"unknown node(s) {unknown} passed to the network; its nodes are {list(self.order)}")
         obs = {n: _observed(n, v, self.cards[n]) for n, v in observed.items() if v is not None}
-        names = tuple(n for n in self.order if n not in obs)
-        index = {n: i for i, n in enumerate(names)}
+        index = {n: i for i, n in enumerate(self.order)}
         scopes, tables = [], []
-        for node in self.order:
-            family = self.parents[node] + (node,)
-            with np.errstate(divide="ignore"):
-                table = np.log(self.tables[node])
-            table = table[tuple(obs.get(n, slice(None)) for n in family)]
-            scope = [index[n] for n in family if n not in obs]
-            order = np.argsort(scope)
-            scopes.append(tuple(int(scope[i]) for i in order))
-            tables.append(np.transpose(table, order) if len(scope) > 1 else table)
-        graph = Graph(names, tuple(self.cards[n] for n in names), self.order, tuple(scopes), (), 0,
+        with np.errstate(divide="ignore"):
+            for node in self.order:
+                family = [index[n] for n in self.parents[node] + (node,)]
+                order = np.argsort(family)
+                scopes.append(tuple(family[i] for i in order))
+                tables.append(np.transpose(np.log(self.tables[node]), order))
+            for node in self.order:
+                evidence = np.zeros(self.cards[node])
+                if node in obs:
+                    evidence = np.log(np.arange(self.cards[node]) == obs[node])
+                scopes.append((index[node],))
+                tables.append(evidence)
+        graph = Graph(self.order, tuple(self.cards[n] for n in self.order),
+                      self.order + tuple(f"{n}=observed" for n in self.order), tuple(scopes), (), 0,
                       tuple(n for n in self.order if n in obs), ())
-        supports = tuple(np.arange(self.cards[n]) for n in names)
+        supports = tuple(np.arange(self.cards[n]) for n in self.order)
         return graph, tuple(tables), supports, {n: np.asarray(v) for n, v in obs.items()}
 
     def __repr__(self):
@@ -214,9 +220,9 @@ def _table(node, parents, kind, table, cards):
     if kind == "p":
         return np.stack([1.0 - table, table], axis=-1)
     sums = table.sum(axis=-1)
-    bad = np.argwhere(np.abs(sums - 1.0) > ROW_TOL)
-    if bad.size:
-        row = tuple(int(i) for i in bad[0])
+    off = np.abs(sums - 1.0) > ROW_TOL
+    if np.any(off):
+        row = tuple(int(i) for i in np.argwhere(off)[0]) if off.ndim else ()
         at = f" at parents {dict(zip(parents, row))}" if parents else ""
         raise ValueError(f"node {node!r}: its table row{at} sums to {float(sums[row]):.8g}, not one")
     return table

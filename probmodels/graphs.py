@@ -26,21 +26,41 @@ from collections.abc import Mapping
 def parents(model, *args, **kwargs) -> dict:
     """Site -> tuple of its parent sites, read from ``model(*args, **kwargs)`` (sample sites,
     observed and ``numpyro.factor`` sites included; deterministic sites are looked through).
+    Provenance tracking as in ``numpyro.infer.inspect.get_dependencies``, except that observed
+    sites' values are tracked too: an observed node keeps its children (NumPyro's prior
+    dependencies list latent parents only).
 
     Example:
         >>> import probmodels
         >>> net = probmodels.bayes_net({"R": {"p": 0.4}, "S": {"p": 0.2},
-        ...                             "W": {"parents": ["R", "S"], "p": [[0.1, 0.9], [0.9, 0.95]]}})
-        >>> probmodels.graphs.parents(net)
-        {'R': (), 'S': (), 'W': ('R', 'S')}
+        ...                             "W": {"parents": ["R", "S"], "p": [[0.1, 0.9], [0.9, 0.95]]},
+        ...                             "D": {"parents": ["W"], "p": [0.1, 0.7]}})
+        >>> probmodels.graphs.parents(net, W=1)
+        {'R': (), 'S': (), 'W': ('R', 'S'), 'D': ('W',)}
     """
-    from numpyro.infer.inspect import get_dependencies
+    import jax
+    from numpyro import handlers
+    from numpyro.infer import init_to_sample
+    from numpyro.ops.provenance import eval_provenance
 
     if not callable(model):
         raise TypeError(f"model must be a callable NumPyro program, got {type(model).__name__}")
-    deps = get_dependencies(model, model_args=tuple(args), model_kwargs=dict(kwargs))["prior_dependencies"]
-    order = list(deps)
-    return {site: tuple(sorted((p for p in ups if p != site), key=order.index)) for site, ups in deps.items()}
+    order, factor_sites = [], set()
+
+    def values():  # abstract: shapes only
+        sub = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=init_to_sample)
+        tr = handlers.trace(sub).get_trace(*args, **kwargs)
+        order[:] = [n for n, s in tr.items() if s["type"] == "sample"]
+        factor_sites.update(n for n in order if (tr[n].get("infer") or {}).get("is_auxiliary"))
+        return {n: tr[n]["value"] for n in order if n not in factor_sites}
+
+    def log_probs(**vals):
+        with handlers.trace() as tr, handlers.seed(rng_seed=0), handlers.substitute(data=vals):
+            model(*args, **kwargs)
+        return {n: s["fn"].log_prob(s["value"]) for n, s in tr.items() if s["type"] == "sample"}
+
+    deps = eval_provenance(log_probs, **jax.eval_shape(values))
+    return {n: tuple(u for u in order if u != n and u in deps[n]) for n in order}
 
 
 def _observed(model, args, kwargs) -> set:

@@ -17,11 +17,11 @@ conditioned on the variable it was reached from); :func:`sample_marginals` draws
 independently from its belief (loopy BP's fully factorised approximation).
 
 Example (a - b, p(a) = (0.4, 0.6), p(b | a) = ((0.9, 0.1), (0.2, 0.8))):
-    >>> import jax.numpy as jnp
+    >>> import numpy as np
     >>> s = structure((2, 2), ((0,), (0, 1)))
-    >>> tables = (jnp.log(jnp.array([0.4, 0.6])), jnp.log(jnp.array([[0.9, 0.1], [0.2, 0.8]])))
+    >>> tables = (np.log([0.4, 0.6]), np.log([[0.9, 0.1], [0.2, 0.8]]))
     >>> out = run(s, tables, damping=0.0, tol=1e-12, max_iter=10)
-    >>> [round(float(v), 2) for v in jnp.exp(out.var_beliefs[1])], bool(out.max_change <= 1e-12)
+    >>> np.exp(out.var_beliefs[1]).round(2).tolist(), bool(out.max_change <= 1e-12)
     ([0.48, 0.52], True)
 """
 
@@ -30,12 +30,9 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.scipy.special import logsumexp, xlogy
+import numpy as np
 
-from inference.exact.eliminate import align, categorical
+from inference.exact.eliminate import align, categorical, logsumexp
 
 
 class Structure(NamedTuple):
@@ -51,16 +48,16 @@ class Structure(NamedTuple):
 class BPState(NamedTuple):
     to_var: tuple  # per edge: normalised log message factor -> variable
     to_factor: tuple  # per edge: normalised log message variable -> factor
-    iteration: jax.Array
-    max_change: jax.Array
+    iteration: object
+    max_change: object
 
 
 class BPResult(NamedTuple):
     var_beliefs: tuple  # per variable: normalised log belief
     factor_beliefs: tuple  # per factor: normalised log belief over its scope (scalar 0 when empty)
-    log_z: jax.Array  # Bethe estimate of the log normalising constant (exact on a tree)
-    iterations: jax.Array
-    max_change: jax.Array
+    log_z: object  # Bethe estimate of the log normalising constant (exact on a tree)
+    iterations: object
+    max_change: object
 
 
 def structure(cards, scopes) -> Structure:
@@ -85,16 +82,16 @@ def structure(cards, scopes) -> Structure:
     return Structure(tuple(cards), tuple(tuple(s) for s in scopes), edges, tuple(tuple(v) for v in var_edges), not cycle)
 
 
-def _normalise(m):
-    return m - logsumexp(m)
+def _normalise(m, xp):
+    return m - logsumexp(m, 0, xp)
 
 
-def init(s: Structure, dtype) -> BPState:
-    uniform = tuple(jnp.full((s.cards[s.scopes[f][p]],), -jnp.log(s.cards[s.scopes[f][p]]), dtype) for f, p in s.edges)
-    return BPState(uniform, uniform, jnp.zeros((), jnp.int32), jnp.full((), jnp.inf, dtype))
+def init(s: Structure, dtype, xp=np) -> BPState:
+    uniform = tuple(xp.full((s.cards[s.scopes[f][p]],), -np.log(s.cards[s.scopes[f][p]]), dtype) for f, p in s.edges)
+    return BPState(uniform, uniform, xp.zeros((), np.int32), xp.full((), np.inf, dtype))
 
 
-def _factor_messages(s: Structure, tables, to_factor):
+def _factor_messages(s: Structure, tables, to_factor, xp):
     index = {edge: e for e, edge in enumerate(s.edges)}
     out = [None] * len(s.edges)
     for f, scope in enumerate(s.scopes):
@@ -102,60 +99,80 @@ def _factor_messages(s: Structure, tables, to_factor):
             total = tables[f]
             for q, u in enumerate(scope):
                 if q != p:
-                    total = total + align(to_factor[index[(f, q)]], (u,), scope)
+                    total = total + align(to_factor[index[(f, q)]], (u,), scope, xp)
             drop = tuple(a for a in range(len(scope)) if a != p)
-            out[index[(f, p)]] = _normalise(logsumexp(total, axis=drop) if drop else total)
+            out[index[(f, p)]] = _normalise(logsumexp(total, drop, xp) if drop else total, xp)
     return out
 
 
-def _variable_messages(s: Structure, to_var):
+def _variable_messages(s: Structure, to_var, xp):
     out = [None] * len(s.edges)
     for edges in s.var_edges:
         for e in edges:
-            total = sum((to_var[o] for o in edges if o != e), jnp.zeros_like(to_var[e]))
-            out[e] = _normalise(total)
+            total = xp.zeros_like(to_var[e])
+            for o in edges:
+                if o != e:
+                    total = total + to_var[o]
+            out[e] = _normalise(total, xp)
     return out
 
 
-def sweep(s: Structure, tables, state: BPState, damping) -> BPState:
+def sweep(s: Structure, tables, state: BPState, damping, xp=np) -> BPState:
     """One flooding update of every message (damped factor messages)."""
-    fresh = _factor_messages(s, tables, state.to_factor)
-    damped = [jnp.logaddexp(jnp.log1p(-damping) + new, jnp.log(damping) + old)
-              for new, old in zip(fresh, state.to_var)]
-    change = jnp.max(jnp.stack([jnp.max(jnp.abs(jnp.exp(n) - jnp.exp(o))) for n, o in zip(damped, state.to_var)]
-                               or [jnp.zeros((), state.max_change.dtype)]))
-    return BPState(tuple(damped), tuple(_variable_messages(s, damped)), state.iteration + 1,
-                   jnp.where(jnp.isnan(change), jnp.inf, change))
+    fresh = _factor_messages(s, tables, state.to_factor, xp)
+    with np.errstate(divide="ignore"):
+        keep, move = xp.log(damping), xp.log1p(-damping)  # log 0 = -inf: no damping, exactly
+    damped = [xp.logaddexp(move + new, keep + old) for new, old in zip(fresh, state.to_var)]
+    change = xp.zeros((), state.max_change.dtype)
+    for new, old in zip(damped, state.to_var):
+        change = xp.maximum(change, xp.max(xp.abs(xp.exp(new) - xp.exp(old))))
+    return BPState(tuple(damped), tuple(_variable_messages(s, damped, xp)), state.iteration + 1,
+                   xp.where(xp.isnan(change), np.inf, change))
 
 
-def run(s: Structure, tables, *, damping, tol, max_iter) -> BPResult:
-    """Sweeps until the largest message change is at most ``tol`` (or ``max_iter`` sweeps)."""
-    dtype = jnp.result_type(*tables)
-    damping = jnp.asarray(damping, dtype)
-    state = lax.while_loop(lambda st: (st.max_change > tol) & (st.iteration < max_iter),
-                           lambda st: sweep(s, tables, st, damping), init(s, dtype))
-    return _result(s, tables, state)
+def run(s: Structure, tables, *, damping, tol, max_iter, xp=np) -> BPResult:
+    """Sweeps until the largest message change is at most ``tol`` (or ``max_iter`` sweeps):
+    a Python loop with NumPy, ``lax.while_loop`` with ``jax.numpy`` (under ``jax.jit``)."""
+    dtype = xp.result_type(*tables)
+    damping = xp.asarray(damping, dtype)
+    state = init(s, dtype, xp)
+    if xp is np:
+        while state.max_change > tol and state.iteration < max_iter:
+            state = sweep(s, tables, state, damping, xp)
+    else:
+        from jax import lax
+
+        state = lax.while_loop(lambda st: (st.max_change > tol) & (st.iteration < max_iter),
+                               lambda st: sweep(s, tables, st, damping, xp), state)
+    return _result(s, tables, state, xp)
 
 
-def _result(s: Structure, tables, state: BPState) -> BPResult:
+def _result(s: Structure, tables, state: BPState, xp) -> BPResult:
     index = {edge: e for e, edge in enumerate(s.edges)}
-    var_beliefs = tuple(_normalise(sum((state.to_var[e] for e in edges), jnp.zeros((k,), tables[0].dtype)))
-                        for k, edges in zip(s.cards, s.var_edges))
-    factor_beliefs, log_z = [], jnp.zeros((), tables[0].dtype)
+    dtype = xp.result_type(*tables)
+    var_beliefs = []
+    for k, edges in zip(s.cards, s.var_edges):
+        total = xp.zeros((k,), dtype)
+        for e in edges:
+            total = total + state.to_var[e]
+        var_beliefs.append(_normalise(total, xp))
+    factor_beliefs, log_z = [], xp.zeros((), dtype)
     for f, scope in enumerate(s.scopes):
         if not scope:
-            factor_beliefs.append(jnp.zeros((), tables[f].dtype))
+            factor_beliefs.append(xp.zeros((), dtype))
             log_z = log_z + tables[f]
             continue
-        total = tables[f] + sum((align(state.to_factor[index[(f, p)]], (v,), scope) for p, v in enumerate(scope)),
-                                jnp.zeros((), tables[f].dtype))
-        belief = total - logsumexp(total)
+        total = tables[f]
+        for p, v in enumerate(scope):
+            total = total + align(state.to_factor[index[(f, p)]], (v,), scope, xp)
+        belief = total - logsumexp(xp.reshape(total, (-1,)), 0, xp)
         factor_beliefs.append(belief)
-        b = jnp.exp(belief)
-        log_z = log_z + jnp.sum(jnp.where(b > 0, b * (tables[f] - belief), 0.0))
-    for k, edges, belief in zip(s.cards, s.var_edges, var_beliefs):
-        log_z = log_z + (len(edges) - 1) * jnp.sum(xlogy(jnp.exp(belief), jnp.exp(belief)))
-    return BPResult(var_beliefs, tuple(factor_beliefs), log_z, state.iteration, state.max_change)
+        b = xp.exp(belief)
+        log_z = log_z + xp.sum(xp.where(b > 0, b * (tables[f] - belief), xp.zeros_like(b)))
+    for edges, belief in zip(s.var_edges, var_beliefs):
+        b = xp.exp(belief)
+        log_z = log_z + (len(edges) - 1) * xp.sum(xp.where(b > 0, b * belief, xp.zeros_like(b)))
+    return BPResult(tuple(var_beliefs), tuple(factor_beliefs), log_z, state.iteration, state.max_change)
 
 
 def tree_order(s: Structure):
@@ -190,7 +207,7 @@ def sampling_steps(s: Structure) -> tuple:
     return steps, sizes
 
 
-def sample_tree(s: Structure, result: BPResult, noise) -> dict:
+def sample_tree(s: Structure, result: BPResult, noise, xp=np) -> dict:
     """Variable -> ``(num_samples,)`` exact joint draws on a tree-structured factor graph
     (``noise``: Gumbel noise for the :func:`sampling_steps`)."""
     steps, _ = sampling_steps(s)
@@ -198,19 +215,20 @@ def sample_tree(s: Structure, result: BPResult, noise) -> dict:
     values = {}
     for i, (f, v, others) in enumerate(steps):
         if f == "root":
-            values[v] = categorical(jnp.broadcast_to(result.var_beliefs[v], (num_samples, s.cards[v])), noise[i])
+            values[v] = categorical(xp.broadcast_to(result.var_beliefs[v], (num_samples, s.cards[v])), noise[i], xp)
             continue
         scope = s.scopes[f]
-        table = align(result.factor_beliefs[f], scope, (v,) + others)  # v first, then ``others``
-        logits = table[values[v]].reshape(num_samples, -1)
-        flat = categorical(logits, noise[i])
-        for u, idx in zip(others, jnp.unravel_index(flat, tuple(s.cards[u] for u in others))):
+        table = align(result.factor_beliefs[f], scope, (v,) + others, xp)  # v first, then ``others``
+        logits = xp.reshape(table[values[v]], (num_samples, -1))
+        flat = categorical(logits, noise[i], xp)
+        for u, idx in zip(others, xp.unravel_index(flat, tuple(s.cards[u] for u in others))):
             values[u] = idx
     return values
 
 
-def sample_marginals(result: BPResult, noise) -> dict:
+def sample_marginals(result: BPResult, noise, xp=np) -> dict:
     """Variable -> ``(num_samples,)`` independent draws from each variable's belief (``noise``:
     Gumbel noise, one row per variable)."""
     num_samples = noise.shape[1]
-    return {v: categorical(jnp.broadcast_to(b, (num_samples,) + b.shape), noise[v]) for v, b in enumerate(result.var_beliefs)}
+    return {v: categorical(xp.broadcast_to(b, (num_samples,) + b.shape), noise[v], xp)
+            for v, b in enumerate(result.var_beliefs)}

@@ -50,12 +50,16 @@ class _Problem(NamedTuple):
     observed: dict  # observed site -> value
 
 
-def _problem(model, args, kwargs, seed) -> _Problem:
+def _problem(model, args, kwargs, seed, xp=np) -> _Problem:
+    """The factor graph and its log tables, in the working precision (float64 when JAX's x64 is
+    on, else float32), as arrays of ``xp``."""
+    dtype = jnp.zeros(()).dtype
     own = getattr(model, "factor_tables", None)
     if callable(own):  # the model knows its tables (a `probmodels.bayes_net`): nothing to trace
         graph, tables, supports, observed = own(*args, **kwargs)
-        return _Problem(graph, tuple(jnp.asarray(t) for t in tables), tuple(np.asarray(s) for s in supports), observed)
-    trace = _model.structure_trace(model, args, kwargs, seed)  # the model's own checks raise first
+        return _Problem(graph, tuple(xp.asarray(t, dtype) for t in tables), tuple(np.asarray(s) for s in supports),
+                        observed)
+    trace = factors.structure_trace(model, args, kwargs, seed)  # the model's own checks raise first
     names, _, _ = factors.check_sites(trace)
     if not names:
         raise ValueError("model has no latent sample sites: nothing to infer")
@@ -66,7 +70,7 @@ def _problem(model, args, kwargs, seed) -> _Problem:
 
     tables, supports = compiled.call("exact-tables", model, args, kwargs, (graph,), build)
     observed = {n: np.asarray(trace[n]["value"]) for n in graph.observed}
-    return _Problem(graph, tuple(tables), tuple(np.asarray(s) for s in supports), observed)
+    return _Problem(graph, tuple(xp.asarray(t, dtype) for t in tables), tuple(np.asarray(s) for s in supports), observed)
 
 
 def _check_tables(problem: _Problem):
@@ -78,39 +82,50 @@ def _check_tables(problem: _Problem):
                              "depends on (check its probabilities)")
 
 
-@partial(jax.jit, static_argnames=("plan", "read"))
-def _ve(tables, noise, *, plan, read):
-    up = eliminate.upward(plan, tables)
-    marg = eliminate.marginals(plan, up)
-    idx = eliminate.sample(plan, up, noise)
-    num_samples = noise.shape[1]
-    lp = eliminate.joint_log_prob(plan.scopes, tables, idx)
-    at = eliminate.factor_values(plan.scopes, tables, idx, read, num_samples)
+def _ve(tables, noise, *, plan, xp=np):
+    up = eliminate.upward(plan, tables, xp=xp)
+    marg = eliminate.marginals(plan, up, xp)
+    idx = eliminate.sample(plan, up, noise, xp)
+    at = eliminate.factor_values(plan.scopes, tables, idx, noise.shape[1], xp)
+    lp = xp.sum(xp.stack(at), axis=0)
     return dict(log_evidence=up.log_evidence, log_marginals=tuple(marg[i] for i in range(len(plan.cards))),
                 idx=tuple(idx[i] for i in range(len(plan.cards))), lp=lp, log_q=lp - up.log_evidence, at=at)
 
 
-@partial(jax.jit, static_argnames=("structure", "read", "tree"))
-def _bp(tables, noise, damping, tol, max_iter, *, structure, read, tree):
-    res = bp.run(structure, tables, damping=damping, tol=tol, max_iter=max_iter)
-    idx = bp.sample_tree(structure, res, noise) if tree else bp.sample_marginals(res, noise)
-    num_samples = noise.shape[1]
-    lp = eliminate.joint_log_prob(structure.scopes, tables, idx)
+def _bp(tables, noise, damping, tol, max_iter, *, structure, tree, xp=np):
+    res = bp.run(structure, tables, damping=damping, tol=tol, max_iter=max_iter, xp=xp)
+    idx = bp.sample_tree(structure, res, noise, xp) if tree else bp.sample_marginals(res, noise, xp)
+    at = eliminate.factor_values(structure.scopes, tables, idx, noise.shape[1], xp)
+    lp = xp.sum(xp.stack(at), axis=0)
     if tree:
         log_q = lp - res.log_z
     else:
-        log_q = sum((res.var_beliefs[i][idx[i]] for i in range(len(structure.cards))), jnp.zeros_like(lp))
-    at = eliminate.factor_values(structure.scopes, tables, idx, read, num_samples)
+        log_q = xp.zeros_like(lp)
+        for i in range(len(structure.cards)):
+            log_q = log_q + res.var_beliefs[i][idx[i]]
     return dict(log_evidence=res.log_z, log_marginals=res.var_beliefs, idx=tuple(idx[i] for i in range(len(structure.cards))),
                 lp=lp, log_q=log_q, at=at, iterations=res.iterations, max_change=res.max_change)
 
 
-@partial(jax.jit, static_argnames=("plan",))
-def _max(tables, *, plan):
-    up = eliminate.upward(plan, tables, maximise=True)
-    idx = eliminate.argmax(plan, up)
+def _max(tables, *, plan, xp=np):
+    up = eliminate.upward(plan, tables, maximise=True, xp=xp)
+    idx = eliminate.argmax(plan, up, xp)
     return dict(idx=tuple(idx[i] for i in range(len(plan.cards))), log_joint=up.log_evidence,
-                log_evidence=eliminate.upward(plan, tables).log_evidence)
+                log_evidence=eliminate.upward(plan, tables, xp=xp).log_evidence)
+
+
+# The same passes as one XLA program per structure (``jit=True``, the default on accelerators).
+_ve_jit = jax.jit(partial(_ve, xp=jnp), static_argnames=("plan",))
+_bp_jit = jax.jit(partial(_bp, xp=jnp), static_argnames=("structure", "tree"))
+_max_jit = jax.jit(partial(_max, xp=jnp), static_argnames=("plan",))
+
+
+def _runner(jit):
+    """``(namespace, {pass: function})``: NumPy on CPU unless ``jit``; jitted JAX on accelerators."""
+    use_jit = jax.default_backend() != "cpu" if jit is None else bool(jit)
+    if use_jit:
+        return jnp, {"ve": _ve_jit, "bp": _bp_jit, "max": _max_jit}
+    return np, {"ve": _ve, "bp": _bp, "max": _max}
 
 
 def _per_draw(model, args, kwargs, graph, draws, names):
@@ -142,6 +157,7 @@ def exact(
     tol: float = 1e-8,
     max_iter: int = 500,
     max_table_size: int = MAX_TABLE_SIZE,
+    jit: bool | None = None,
     progress: bool | None = None,
     model_kwargs: dict | None = None,
     **kwargs,
@@ -157,7 +173,10 @@ def exact(
     ``marginals`` (site -> probabilities over its values), ``log_evidence`` (``"exact"``) and
     ``num_samples`` joint posterior draws in one chain. A model whose tree width needs a cluster
     table above ``max_table_size`` entries raises `inference.exact.plan.TreewidthError` with the width.
-    ``progress`` is accepted for a uniform call (one compiled program: no bar).
+    ``jit``: run the message passes as one jitted JAX program per structure (``True``) or with NumPy
+    (``False``); ``None`` (default) jits on an accelerator only (on CPU, compiling the unrolled passes
+    of a 15-node network takes seconds, NumPy runs them in milliseconds). Same numbers either way.
+    ``progress`` is accepted for a uniform call (the passes take milliseconds: no bar).
 
     Example (explaining away: P(S = 1 | W = 1) = 0.353846, P(S = 1 | R = 1, W = 1) = 0.208791):
         >>> import inference, probmodels
@@ -181,15 +200,16 @@ def exact(
     _options.progress(progress)
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     _model.check_model(model)
-    problem = _problem(model, args, kwargs, seed)
+    xp, passes = _runner(jit)
+    problem = _problem(model, args, kwargs, seed, xp)
     graph = problem.graph
     _check_tables(problem)
-    scalar_obs = all(np.ndim(v) == 0 for v in problem.observed.values())
-    read = tuple(graph.factor_sites.index(n) for n in graph.observed) if scalar_obs else ()
+    dtype = problem.tables[0].dtype
     if method == "ve":
         plan = make_plan(graph.cards, graph.scopes, max_table_size=max_table_size)
         noise = eliminate.gumbel_noise(seed, len(plan.clusters), num_samples, plan.cards)
-        out = _ve(problem.tables, jnp.asarray(noise), plan=plan, read=read)
+        with np.errstate(all="ignore"):  # log 0 = -inf is meant (zero probabilities), never NaN out
+            out = passes["ve"](problem.tables, xp.asarray(noise, dtype), plan=plan)
         diagnostics = {"converged": True, "method": "ve", "width": plan.width, "max_table": plan.max_table,
                        "order": [graph.names[c.var] for c in plan.clusters]}
         evidence_method = "exact"
@@ -198,31 +218,34 @@ def exact(
         if method == "bp" and not structure.is_tree:
             raise ValueError("method='bp' is exact on tree-structured factor graphs (polytrees) only and this "
                              "model's has a loop: use method='ve' (exact) or method='loopy' (approximate)")
-        dtype = jnp.result_type(*problem.tables)
         tree = method == "bp"  # exact after as many undamped sweeps as the tree's diameter
         work_tol = 0.0 if tree else _options.working_tol(tol, dtype)
         iters = len(graph.cards) + len(graph.scopes) + 1 if tree else max_iter
         sizes = bp.sampling_steps(structure)[1] if tree else graph.cards
-        noise = jnp.asarray(eliminate.gumbel_noise(seed, len(sizes), num_samples, sizes))
-        out = _bp(problem.tables, noise, jnp.asarray(damping, dtype), jnp.asarray(work_tol, dtype), jnp.asarray(iters),
-                  structure=structure, read=read, tree=tree)
+        noise = xp.asarray(eliminate.gumbel_noise(seed, len(sizes), num_samples, sizes), dtype)
+        with np.errstate(all="ignore"):
+            out = passes["bp"](problem.tables, noise, xp.asarray(damping, dtype), xp.asarray(work_tol, dtype),
+                               xp.asarray(iters), structure=structure, tree=tree)
         change = float(out["max_change"])
         diagnostics = {"converged": bool(np.isfinite(change) and change <= work_tol), "method": method,
                        "iterations": int(out["iterations"]), "max_change": change, "damping": damping, "tol": work_tol}
         evidence_method = "exact" if tree else "bethe"
-    return _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method, read)
+    return _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method)
 
 
-def _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method, read):
+def _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method):
     graph = problem.graph
+    latent = [i for i, n in enumerate(graph.names) if n not in graph.observed]
     log_evidence = float(out["log_evidence"])
     if log_evidence == -np.inf and evidence_method == "exact":
         raise ValueError("the observed values have probability zero under the model (log evidence -inf)")
-    marginals = {n: np.exp(np.asarray(m)) for n, m in zip(graph.names, out["log_marginals"])}
+    marginals = {graph.names[i]: np.exp(np.asarray(out["log_marginals"][i])) for i in latent}
     if not np.isfinite(log_evidence) or any(not np.all(np.isfinite(m)) for m in marginals.values()):
         diagnostics["converged"] = False  # loopy BP gone wrong: said, never hidden
-    draws = {n: problem.supports[i][np.asarray(out["idx"][i])] for i, n in enumerate(graph.names)}
-    loglik = {n: np.asarray(v) for n, v in zip(graph.observed, out["at"])} if read else {}
+    draws = {graph.names[i]: problem.supports[i][np.asarray(out["idx"][i])] for i in latent}
+    # a scalar observed site's pointwise log likelihood is its factor at the draw
+    read = all(np.ndim(v) == 0 for v in problem.observed.values())
+    loglik = {n: np.asarray(out["at"][graph.factor_sites.index(n)]) for n in graph.observed} if read else {}
     extra = tuple(graph.deterministic) + (() if read else tuple(graph.observed))
     if extra:
         loglik_or_det = _per_draw(model, args, kwargs, graph, draws, extra)
@@ -246,10 +269,10 @@ def _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_me
 
 
 @compiled.scoped
-def most_probable(model, *args, max_table_size: int = MAX_TABLE_SIZE, model_kwargs: dict | None = None,
-                  **kwargs) -> MostProbable:
+def most_probable(model, *args, max_table_size: int = MAX_TABLE_SIZE, jit: bool | None = None,
+                  model_kwargs: dict | None = None, **kwargs) -> MostProbable:
     """The most probable joint assignment of the latent sites (max-product variable elimination),
-    with its log posterior probability and log joint.
+    with its log posterior probability and log joint (options as for `exact`).
 
     Example (the chain C -> R -> W given W = 1: C = 1, R = 1, p = 0.4 * 0.8 * 0.9 / 0.466):
         >>> import inference, probmodels
@@ -262,12 +285,15 @@ def most_probable(model, *args, max_table_size: int = MAX_TABLE_SIZE, model_kwar
     max_table_size = _options.positive_int(max_table_size, "max_table_size")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     _model.check_model(model)
-    problem = _problem(model, args, kwargs, 0)
+    xp, passes = _runner(jit)
+    problem = _problem(model, args, kwargs, 0, xp)
     _check_tables(problem)
     graph = problem.graph
     plan = make_plan(graph.cards, graph.scopes, max_table_size=max_table_size)
-    out = _max(problem.tables, plan=plan)
+    with np.errstate(all="ignore"):
+        out = passes["max"](problem.tables, plan=plan)
     if not np.isfinite(float(out["log_evidence"])):
         raise ValueError("the observed values have probability zero under the model (log evidence -inf)")
-    assignment = {n: problem.supports[i][int(out["idx"][i])].item() for i, n in enumerate(graph.names)}
+    assignment = {n: problem.supports[i][int(out["idx"][i])].item() for i, n in enumerate(graph.names)
+                  if n not in graph.observed}
     return MostProbable(assignment, float(out["log_joint"] - out["log_evidence"]), float(out["log_joint"]))

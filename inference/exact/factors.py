@@ -16,12 +16,10 @@ Python ``if`` on them; one that does not gets a ``ValueError`` naming the site.
 
 Example:
     >>> import jax.numpy as jnp, numpyro, numpyro.distributions as dist
-    >>> from numpyro import handlers
     >>> def model():
     ...     a = numpyro.sample("a", dist.Bernoulli(0.3))
     ...     numpyro.sample("b", dist.Categorical(jnp.array([[0.5, 0.5, 0.0], [0.1, 0.2, 0.7]])[a]))
-    >>> tr = handlers.trace(handlers.seed(model, 0)).get_trace()
-    >>> g = read(model, (), {}, tr)
+    >>> g = read(model, (), {}, structure_trace(model, (), {}))
     >>> g.names, g.cards, g.scopes
     (('a', 'b'), (2, 3), ((0,), (0, 1)))
 """
@@ -58,6 +56,30 @@ class Graph(NamedTuple):
 
 def is_factor_site(site) -> bool:
     return site["type"] == "sample" and (site.get("infer") or {}).get("is_auxiliary", False) and site["is_observed"]
+
+
+def structure_trace(model, args, kwargs, seed: int = 0):
+    """The model's sites from one abstract run (``jax.eval_shape``; the data closed over, so the
+    model's own checks of its inputs still raise), as `inference._model.structure_trace`, except
+    that a ``numpyro.factor`` site's value (made inside the model) does not force an eager run:
+    only observed data must be concrete. Falls back to an eager trace."""
+    from inference import _model
+
+    holder = {}
+
+    def run():
+        with handlers.seed(rng_seed=seed):
+            holder["trace"] = handlers.trace(model).get_trace(*args, **kwargs)
+
+    try:
+        jax.eval_shape(run)
+    except Exception:  # noqa: BLE001 - the eager trace raises the model's own error, or succeeds
+        return _model.trace_model(model, args, kwargs, seed)
+    trace = holder["trace"]
+    if any(s["type"] == "sample" and s["is_observed"] and not is_factor_site(s) and isinstance(s["value"], jax.core.Tracer)
+           for s in trace.values()):
+        return _model.trace_model(model, args, kwargs, seed)
+    return trace
 
 
 def check_sites(trace):

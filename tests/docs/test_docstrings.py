@@ -18,6 +18,8 @@ MODULES = [
     "inference.spikeslab", "probmodels.spike_slab", "probmodels.kernels", "probmodels.gp",
     "probmodels.selection", "inference.ess", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
     "inference.ep.sparse_bm", "probmodels.mixtures", "inference.mixture_cavi", "inference.mixture_diagnostics",
+    "inference.exact", "inference.exact.bp", "inference.exact.driver", "inference.exact.eliminate",
+    "inference.exact.factors", "inference.exact.plan", "probmodels.bayes_net", "probmodels.graphs",
 ]
 
 
