@@ -21,6 +21,9 @@ means", has the table).
   and float64).
 - **EP** (`ep`): the largest site change fell to ``tol`` before ``max_iter``, and the log evidence
   (where the engine computes one) is finite.
+- **Exact** (`exact`): variable elimination and belief propagation on a tree compute the answer
+  itself, so every marginal finite is enough; loopy belief propagation (an approximation) also
+  needs its largest message change at most ``tol`` before ``max_iter``.
 
 Example:
     >>> import numpy as np
@@ -141,3 +144,12 @@ def ep(max_change, tol, log_evidence=NO_EVIDENCE) -> bool:
     undefined, so not converged)."""
     changes_ok = _finite(max_change) and bool(np.all(np.asarray(max_change) <= tol))
     return changes_ok and (log_evidence is NO_EVIDENCE or _finite(log_evidence))
+
+
+def exact(marginals, max_change=None, tol=None) -> bool:
+    """Exact inference: every marginal finite; for loopy BP (``max_change`` given) also the largest
+    message change at most ``tol``."""
+    ok = all(_finite(m) for m in marginals)
+    if max_change is None:
+        return ok
+    return ok and _finite(max_change) and float(max_change) <= float(tol)

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-ENGINE_ORDER = ("mcmc", "vi", "laplace", "ep")
+ENGINE_ORDER = ("mcmc", "vi", "laplace", "ep", "exact")
 
 
 @dataclass
@@ -88,7 +88,7 @@ def cases() -> list[Case]:
 
 # Families whose demo cases have been verified end to end; the others are work in progress.
 VERIFIED_FAMILIES: tuple[str, ...] = ("probmodels.gp", "probmodels.hmm", "probmodels.lda", "probmodels.mixtures",
-                                        "probmodels.spike_slab")
+                                        "probmodels.spike_slab", "probmodels.bayes_net")
 
 
 def _family_cases():

@@ -27,12 +27,11 @@ Example (a - b, p(a) = (0.4, 0.6), p(b | a) = ((0.9, 0.1), (0.2, 0.8))):
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 
-from inference.exact.eliminate import align, categorical, logsumexp
+from inference.exact.eliminate import align, cdf_table, draw, logsumexp
 
 
 class Structure(NamedTuple):
@@ -200,27 +199,25 @@ def tree_order(s: Structure):
 
 
 def sampling_steps(s: Structure) -> tuple:
-    """:func:`tree_order` without the factors that draw nothing, and the number of values each
-    step draws from (for the noise: `inference.exact.eliminate.gumbel_noise`)."""
-    steps = tuple(step for step in tree_order(s) if step[0] == "root" or step[2])
-    sizes = tuple(s.cards[v] if f == "root" else math.prod(s.cards[u] for u in others) for f, v, others in steps)
-    return steps, sizes
+    """:func:`tree_order` without the factors that draw nothing (one uniform per step and draw:
+    `inference.exact.eliminate.uniform_noise`)."""
+    return tuple(step for step in tree_order(s) if step[0] == "root" or step[2])
 
 
 def sample_tree(s: Structure, result: BPResult, noise, xp=np) -> dict:
     """Variable -> ``(num_samples,)`` exact joint draws on a tree-structured factor graph
-    (``noise``: Gumbel noise for the :func:`sampling_steps`)."""
-    steps, _ = sampling_steps(s)
+    (``noise``: uniforms, one row per :func:`sampling_steps` step)."""
+    steps = sampling_steps(s)
     num_samples = noise.shape[1]
     values = {}
     for i, (f, v, others) in enumerate(steps):
         if f == "root":
-            values[v] = categorical(xp.broadcast_to(result.var_beliefs[v], (num_samples, s.cards[v])), noise[i], xp)
+            cdf = cdf_table(result.var_beliefs[v], xp)
+            values[v] = draw(xp.broadcast_to(cdf, (num_samples,) + cdf.shape), noise[i], xp)
             continue
-        scope = s.scopes[f]
-        table = align(result.factor_beliefs[f], scope, (v,) + others, xp)  # v first, then ``others``
-        logits = xp.reshape(table[values[v]], (num_samples, -1))
-        flat = categorical(logits, noise[i], xp)
+        table = align(result.factor_beliefs[f], s.scopes[f], (v,) + others, xp)  # v first, then ``others``
+        cdf = cdf_table(xp.reshape(table, (s.cards[v], -1)), xp)  # others' joint given v
+        flat = draw(cdf[values[v]], noise[i], xp)
         for u, idx in zip(others, xp.unravel_index(flat, tuple(s.cards[u] for u in others))):
             values[u] = idx
     return values
@@ -228,7 +225,7 @@ def sample_tree(s: Structure, result: BPResult, noise, xp=np) -> dict:
 
 def sample_marginals(result: BPResult, noise, xp=np) -> dict:
     """Variable -> ``(num_samples,)`` independent draws from each variable's belief (``noise``:
-    Gumbel noise, one row per variable)."""
+    uniforms, one row per variable)."""
     num_samples = noise.shape[1]
-    return {v: categorical(xp.broadcast_to(b, (num_samples,) + b.shape), noise[v], xp)
+    return {v: draw(xp.broadcast_to(cdf_table(b, xp), (num_samples,) + b.shape), noise[v], xp)
             for v, b in enumerate(result.var_beliefs)}

@@ -2,11 +2,14 @@
 program) and ``inference.most_probable`` (its most probable joint assignment, max-product).
 
 Two stages. (1) The factor tables: read from the model's trace (`inference.exact.factors`, one
-program per model structure, kept across calls by `inference.compiled`), or handed over by a model
-that knows them (``model.factor_tables(*args, **kwargs)``, which `probmodels.bayes_net` offers:
-no tracing at all). (2) The message passes on the tables: one jitted program per elimination plan
-(`inference.exact.plan`) or factor-graph structure, the plan a static argument, the tables plain
-arguments, so networks of one structure with other numbers reuse it.
+jitted program per model structure, kept across calls by `inference.compiled`), or handed over by
+a model that knows them (``model.factor_tables(*args, **kwargs)``, which `probmodels.bayes_net`
+offers: nothing traced). (2) The message passes on the tables (`inference.exact.eliminate`,
+`inference.exact.bp`): NumPy on CPU, where they are many small array operations that XLA took
+seconds to compile (2-40 s for 4-20 nodes, measured under load) and NumPy runs in milliseconds;
+one jitted program per elimination plan (the plan static, the tables arguments) on an accelerator
+or with ``jit=True``. The random numbers of the draws come from NumPy's generator seeded with
+``seed``, so both give the same draws.
 
 Example (Alpaydin's chain C -> R -> W, observing W = 1):
     >>> import inference, probmodels
@@ -27,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 
-from inference import _model, _options, compiled
+from inference import _model, _options, compiled, convergence
 from inference.exact import bp, eliminate, factors
 from inference.exact.plan import MAX_TABLE_SIZE, make_plan
 from inference.posterior import Posterior
@@ -53,7 +56,7 @@ class _Problem(NamedTuple):
 def _problem(model, args, kwargs, seed, xp=np) -> _Problem:
     """The factor graph and its log tables, in the working precision (float64 when JAX's x64 is
     on, else float32), as arrays of ``xp``."""
-    dtype = jnp.zeros(()).dtype
+    dtype = jax.dtypes.canonicalize_dtype(np.float64)  # float32 unless x64 (no JAX op: no compilation)
     own = getattr(model, "factor_tables", None)
     if callable(own):  # the model knows its tables (a `probmodels.bayes_net`): nothing to trace
         graph, tables, supports, observed = own(*args, **kwargs)
@@ -76,8 +79,7 @@ def _problem(model, args, kwargs, seed, xp=np) -> _Problem:
 def _check_tables(problem: _Problem):
     """A NaN or +inf log density names its site (never a silent NaN downstream)."""
     for site, table in zip(problem.graph.factor_sites, problem.tables):
-        t = np.asarray(table)
-        if np.any(np.isnan(t)) or np.any(t == np.inf):
+        if not np.max(np.asarray(table)) < np.inf:  # NaN propagates through max: one reduction
             raise ValueError(f"site {site!r}: its log density is NaN or +inf for some values of the sites it "
                              "depends on (check its probabilities)")
 
@@ -207,10 +209,10 @@ def exact(
     dtype = problem.tables[0].dtype
     if method == "ve":
         plan = make_plan(graph.cards, graph.scopes, max_table_size=max_table_size)
-        noise = eliminate.gumbel_noise(seed, len(plan.clusters), num_samples, plan.cards)
+        noise = eliminate.uniform_noise(seed, len(plan.clusters), num_samples)
         with np.errstate(all="ignore"):  # log 0 = -inf is meant (zero probabilities), never NaN out
             out = passes["ve"](problem.tables, xp.asarray(noise, dtype), plan=plan)
-        diagnostics = {"converged": True, "method": "ve", "width": plan.width, "max_table": plan.max_table,
+        diagnostics = {"method": "ve", "width": plan.width, "max_table": plan.max_table,
                        "order": [graph.names[c.var] for c in plan.clusters]}
         evidence_method = "exact"
     else:
@@ -221,27 +223,28 @@ def exact(
         tree = method == "bp"  # exact after as many undamped sweeps as the tree's diameter
         work_tol = 0.0 if tree else _options.working_tol(tol, dtype)
         iters = len(graph.cards) + len(graph.scopes) + 1 if tree else max_iter
-        sizes = bp.sampling_steps(structure)[1] if tree else graph.cards
-        noise = xp.asarray(eliminate.gumbel_noise(seed, len(sizes), num_samples, sizes), dtype)
+        steps = len(bp.sampling_steps(structure)) if tree else len(graph.cards)
+        noise = xp.asarray(eliminate.uniform_noise(seed, steps, num_samples), dtype)
         with np.errstate(all="ignore"):
             out = passes["bp"](problem.tables, noise, xp.asarray(damping, dtype), xp.asarray(work_tol, dtype),
                                xp.asarray(iters), structure=structure, tree=tree)
         change = float(out["max_change"])
-        diagnostics = {"converged": bool(np.isfinite(change) and change <= work_tol), "method": method,
-                       "iterations": int(out["iterations"]), "max_change": change, "damping": damping, "tol": work_tol}
+        diagnostics = {"method": method, "iterations": int(out["iterations"]), "max_change": change,
+                       "damping": damping, "tol": work_tol}
         evidence_method = "exact" if tree else "bethe"
-    return _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method)
+    return _posterior(model, args, kwargs, seed, problem, out, method, diagnostics, evidence_method)
 
 
-def _posterior(model, args, kwargs, seed, problem, out, diagnostics, evidence_method):
+def _posterior(model, args, kwargs, seed, problem, out, method, diagnostics, evidence_method):
     graph = problem.graph
     latent = [i for i, n in enumerate(graph.names) if n not in graph.observed]
     log_evidence = float(out["log_evidence"])
     if log_evidence == -np.inf and evidence_method == "exact":
         raise ValueError("the observed values have probability zero under the model (log evidence -inf)")
     marginals = {graph.names[i]: np.exp(np.asarray(out["log_marginals"][i])) for i in latent}
-    if not np.isfinite(log_evidence) or any(not np.all(np.isfinite(m)) for m in marginals.values()):
-        diagnostics["converged"] = False  # loopy BP gone wrong: said, never hidden
+    # BP must also have stopped changing (a tree: exactly, after its diameter in sweeps)
+    loopy = () if method == "ve" else (diagnostics["max_change"], diagnostics["tol"])
+    diagnostics = {"converged": convergence.exact(list(marginals.values()) + [log_evidence], *loopy), **diagnostics}
     draws = {graph.names[i]: problem.supports[i][np.asarray(out["idx"][i])] for i in latent}
     # a scalar observed site's pointwise log likelihood is its factor at the draw
     read = all(np.ndim(v) == 0 for v in problem.observed.values())

@@ -94,8 +94,7 @@ def upward(plan: Plan, tables, *, maximise: bool = False, xp=np) -> Upward:
 
 def _divide(belief, message, xp):
     """``belief - message`` in log space, with 0 / 0 = 0 (``-inf`` where the message is ``-inf``)."""
-    zero = xp.isneginf(message)
-    return xp.where(zero, -xp.inf, belief - xp.where(zero, xp.zeros_like(message), message))
+    return xp.where(xp.isneginf(message), -xp.inf, belief - message)  # -inf - -inf = NaN: replaced
 
 
 def beliefs(plan: Plan, up: Upward, xp=np) -> tuple:
@@ -134,28 +133,40 @@ def _conditional(plan: Plan, step: int, psi, values, batch_shape, xp):
     return table[tuple(values[v] for v in c.scope[1:])]
 
 
-def gumbel_noise(seed: int, num_draws: int, num_samples: int, sizes) -> np.ndarray:
-    """The Gumbel noise of ``num_draws`` categorical draws of ``num_samples`` each, over at most
-    ``max(sizes)`` values, from NumPy's generator seeded with ``seed`` (the same draws whichever
-    namespace runs the passes; a JAX random-number generator would add ~0.4-2 s of XLA
-    compilation to a jitted pass)."""
-    rng = np.random.default_rng(seed)
-    return rng.gumbel(size=(max(num_draws, 1), num_samples, max(sizes, default=1)))
+def uniform_noise(seed: int, num_draws: int, num_samples: int) -> np.ndarray:
+    """The uniforms of ``num_draws`` categorical draws of ``num_samples`` each, from NumPy's
+    generator seeded with ``seed`` (the same draws whichever namespace runs the passes; a JAX
+    random-number generator would add ~0.4-2 s of XLA compilation to a jitted pass)."""
+    return np.random.default_rng(seed).random((max(num_draws, 1), num_samples))
 
 
-def categorical(logits, noise, xp=np):
-    """Gumbel-max draw from ``logits`` (..., K) with ``noise`` (..., >= K)."""
-    return xp.argmax(logits + noise[..., : logits.shape[-1]], axis=-1)
+def cdf_table(logits, xp=np):
+    """Normalised cumulative probabilities along the last axis of a log table (one ``exp`` per
+    table entry, not one per draw: exp was 80% of the time of drawing 1000 samples per draw)."""
+    cdf = xp.cumsum(xp.exp(logits - xp.max(logits, axis=-1, keepdims=True)), axis=-1)
+    return cdf / cdf[..., -1:]
+
+
+def draw(cdf, u, xp=np):
+    """Inverse-CDF draws: rows ``cdf`` (n, K), uniforms ``u`` (n,) in [0, 1): the first value whose
+    cumulative probability reaches ``1 - u`` (in (0, 1], so a value of probability zero is never
+    drawn); one uniform per draw."""
+    return xp.minimum(xp.sum(cdf < (1 - u)[..., None], axis=-1), cdf.shape[-1] - 1)
 
 
 def sample(plan: Plan, up: Upward, noise, xp=np) -> dict:
-    """Variable -> ``(num_samples,)`` indices drawn from the joint posterior; ``noise``: Gumbel noise
-    ``(steps, num_samples, >= max card)`` (:func:`gumbel_noise`)."""
+    """Variable -> ``(num_samples,)`` indices drawn from the joint posterior; ``noise``: uniforms
+    ``(steps, num_samples)`` (:func:`uniform_noise`)."""
     values = {}
     num_samples = noise.shape[1]
     for step in reversed(range(len(plan.clusters))):
-        logits = _conditional(plan, step, up.psi[step], values, (num_samples,), xp)
-        values[plan.clusters[step].var] = categorical(logits, noise[step], xp)
+        c = plan.clusters[step]
+        cdf = cdf_table(xp.moveaxis(up.psi[step], 0, -1), xp)  # (separator..., K)
+        if len(c.scope) > 1:
+            rows = cdf[tuple(values[v] for v in c.scope[1:])]
+        else:
+            rows = xp.broadcast_to(cdf, (num_samples,) + cdf.shape)
+        values[c.var] = draw(rows, noise[step], xp)
     return values
 
 

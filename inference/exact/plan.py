@@ -23,6 +23,7 @@ Example (a chain a - b - c):
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -101,8 +102,15 @@ def elimination_order(cards, scopes) -> list[int]:
 
 def make_plan(cards, scopes, order=None, max_table_size: int = MAX_TABLE_SIZE) -> Plan:
     """The clusters of variable elimination along ``order`` (default :func:`elimination_order`);
-    `TreewidthError` when a cluster table would exceed ``max_table_size`` entries."""
+    `TreewidthError` when a cluster table would exceed ``max_table_size`` entries. A pure function
+    of its (hashable) arguments, so the last plans are kept by them (a repeated query of one
+    network skips the min-fill search: ~1 ms for 8 nodes, ~40 ms for 60)."""
     cards, scopes = tuple(int(k) for k in cards), tuple(tuple(int(v) for v in s) for s in scopes)
+    return _plan(cards, scopes, None if order is None else tuple(order), int(max_table_size))
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(cards, scopes, order, max_table_size) -> Plan:
     order = list(elimination_order(cards, scopes) if order is None else order)
     position = {v: i for i, v in enumerate(order)}
     pending = {}  # variable -> factors (by index) not yet combined that contain it, earliest first

@@ -30,9 +30,12 @@ def test_tables_forms_and_factor_tables():
     for n in ("R", "W"):
         np.testing.assert_allclose(full.tables[n], short.tables[n])
     graph, tables, supports, observed = short.factor_tables(W=1)
-    assert graph.names == ("R", "W") and graph.observed == ("W",) and observed == {"W": 1}
+    assert graph.names == ("R",) and graph.observed == ("W",) and observed == {"W": 1}
+    assert graph.scopes == ((0,), (0,)) and graph.factor_sites == ("R", "W")
+    np.testing.assert_allclose(np.exp(tables[1]), [0.2, 0.9])  # P(W = 1 | R)
+    graph, tables, _, _ = short.factor_tables()
+    assert graph.scopes == ((0,), (0, 1))
     np.testing.assert_allclose(np.exp(tables[1]), [[0.8, 0.2], [0.1, 0.9]])
-    assert tables[3].tolist() == [-np.inf, 0.0] and tables[2].tolist() == [0.0, 0.0]
     assert "W | R" in repr(short)
 
 
@@ -99,3 +102,15 @@ def test_bad_observations_and_cpd_arguments():
     with pytest.raises(ValueError, match="cards"):
         logistic_cpd(["A"], [1.0], cards=[0])
     assert probmodels.bayes_net is bayes_net
+
+
+def test_demo_case_scores_and_draws(tmp_path):
+    import inference
+    from probmodels.bayes_net import demo_cases
+
+    (case,) = demo_cases()
+    post = inference.exact(case.model, *case.args, **case.kwargs, num_samples=10)
+    name, value, text = case.score(post)
+    assert value < 1e-6 and "P(S | W) 0.4196" in text  # the book's 0.583493 to its 6 digits
+    (path,) = case.plot(post, str(tmp_path / "sprinkler"))
+    assert path.endswith(".png")
