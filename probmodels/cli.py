@@ -28,7 +28,7 @@ MODELS = {
     "hmm": ("probmodels.hmm", "series"),
     "lda": ("probmodels.lda", "counts"),
 }
-ENGINES = ("mcmc", "vi", "laplace", "ep")
+ENGINES = ("mcmc", "vi", "laplace", "ep", "exact")  # exact: discrete programs (the demo's Bayesian network)
 
 
 def _model(name):

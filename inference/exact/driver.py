@@ -5,10 +5,11 @@ Two stages. (1) The factor tables: read from the model's trace (`inference.exact
 jitted program per model structure, kept across calls by `inference.compiled`), or handed over by
 a model that knows them (``model.factor_tables(*args, **kwargs)``, which `probmodels.bayes_net`
 offers: nothing traced). (2) The message passes on the tables (`inference.exact.eliminate`,
-`inference.exact.bp`): NumPy on CPU, where they are many small array operations that XLA took
-seconds to compile (2-40 s for 4-20 nodes, measured under load) and NumPy runs in milliseconds;
-one jitted program per elimination plan (the plan static, the tables arguments) on an accelerator
-or with ``jit=True``. The random numbers of the draws come from NumPy's generator seeded with
+`inference.exact.bp`): NumPy by default, on the host: they are many small array operations that
+XLA took seconds to compile (2-40 s for 4-20 nodes, measured under load) and NumPy runs in
+milliseconds; with ``jit=True`` one jitted program per elimination plan (the plan static, the
+tables arguments), which pays only for many queries of one network with large cluster tables on an
+accelerator (not measured: no accelerator was available). The random numbers of the draws come from NumPy's generator seeded with
 ``seed``, so both give the same draws.
 
 Example (Alpaydin's chain C -> R -> W, observing W = 1):
@@ -116,16 +117,17 @@ def _max(tables, *, plan, xp=np):
                 log_evidence=eliminate.upward(plan, tables, xp=xp).log_evidence)
 
 
-# The same passes as one XLA program per structure (``jit=True``, the default on accelerators).
+# The same passes as one XLA program per structure (``jit=True``).
 _ve_jit = jax.jit(partial(_ve, xp=jnp), static_argnames=("plan",))
 _bp_jit = jax.jit(partial(_bp, xp=jnp), static_argnames=("structure", "tree"))
 _max_jit = jax.jit(partial(_max, xp=jnp), static_argnames=("plan",))
 
 
 def _runner(jit):
-    """``(namespace, {pass: function})``: NumPy on CPU unless ``jit``; jitted JAX on accelerators."""
-    use_jit = jax.default_backend() != "cpu" if jit is None else bool(jit)
-    if use_jit:
+    """``(namespace, {pass: function})``: NumPy unless ``jit``."""
+    if not isinstance(jit, bool):
+        raise TypeError(f"jit must be True or False, got {jit!r}")
+    if jit:
         return jnp, {"ve": _ve_jit, "bp": _bp_jit, "max": _max_jit}
     return np, {"ve": _ve, "bp": _bp, "max": _max}
 
@@ -159,7 +161,7 @@ def exact(
     tol: float = 1e-8,
     max_iter: int = 500,
     max_table_size: int = MAX_TABLE_SIZE,
-    jit: bool | None = None,
+    jit: bool = False,
     progress: bool | None = None,
     model_kwargs: dict | None = None,
     **kwargs,
@@ -175,9 +177,10 @@ def exact(
     ``marginals`` (site -> probabilities over its values), ``log_evidence`` (``"exact"``) and
     ``num_samples`` joint posterior draws in one chain. A model whose tree width needs a cluster
     table above ``max_table_size`` entries raises `inference.exact.plan.TreewidthError` with the width.
-    ``jit``: run the message passes as one jitted JAX program per structure (``True``) or with NumPy
-    (``False``); ``None`` (default) jits on an accelerator only (on CPU, compiling the unrolled passes
-    of a 15-node network takes seconds, NumPy runs them in milliseconds). Same numbers either way.
+    ``jit``: run the message passes as one jitted JAX program per structure (``True``: worth it for
+    many queries of a network with large cluster tables on an accelerator) or with NumPy on the host
+    (``False``, default: compiling the unrolled passes of a 15-node network takes seconds, NumPy runs
+    them in milliseconds). The same numbers and draws either way.
     ``progress`` is accepted for a uniform call (the passes take milliseconds: no bar).
 
     Example (explaining away: P(S = 1 | W = 1) = 0.353846, P(S = 1 | R = 1, W = 1) = 0.208791):
@@ -272,7 +275,7 @@ def _posterior(model, args, kwargs, seed, problem, out, method, diagnostics, evi
 
 
 @compiled.scoped
-def most_probable(model, *args, max_table_size: int = MAX_TABLE_SIZE, jit: bool | None = None,
+def most_probable(model, *args, max_table_size: int = MAX_TABLE_SIZE, jit: bool = False,
                   model_kwargs: dict | None = None, **kwargs) -> MostProbable:
     """The most probable joint assignment of the latent sites (max-product variable elimination),
     with its log posterior probability and log joint (options as for `exact`).
