@@ -236,7 +236,7 @@ def report(rows, args):
         return f"skipped: {note}" if not np.isfinite(a) else f"{a / b:.0f}"
 
     lines = [
-        "## Exact inference on Bayesian networks: inference.exact vs pgmpy",
+        "# Exact inference on Bayesian networks: inference.exact vs pgmpy",
         "",
         f"Command: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/exact_vs_pgmpy.py {' '.join(os.sys.argv[1:])}`",
         f"Machine: {platform.machine()}, CPython {platform.python_version()}, {os.cpu_count()} cores, "
