@@ -8,10 +8,10 @@ model is six arrays, ``obs`` is (T, D) (or a batch (B, T, D); NaN entries are mi
     >>> import jax, numpy as np
     >>> from inference import kalman
     >>> eye = np.eye(2)
-    >>> y = np.random.default_rng(0).normal(size=(20, 2))
+    >>> y = np.random.default_rng(0).normal(size=(4, 2))
     >>> ll, means, covs = kalman.smoother(np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye, y)
     >>> kalman.sample_states(jax.random.PRNGKey(0), np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye, y, 5).shape
-    (5, 20, 2)
+    (5, 4, 2)
 """
 
 from inference.kalman.driver import Filtered, Smoothed, filter, log_likelihood, smoother  # noqa: A004

@@ -13,10 +13,11 @@ Example:
     >>> import numpy as np
     >>> from inference import kalman
     >>> eye = np.eye(2)
-    >>> y = np.array([[1.0, 0.5], [np.nan, np.nan], [0.8, 0.2]])   # step 1 unobserved
+    >>> y = np.random.default_rng(0).normal(size=(4, 2))
+    >>> y[1] = np.nan   # step 1 unobserved
     >>> ll, means, covs = kalman.filter(np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye, y)
     >>> means.shape, covs.shape, bool(np.isfinite(ll))
-    ((3, 2), (3, 2, 2), True)
+    ((4, 2), (4, 2, 2), True)
 """
 
 from __future__ import annotations

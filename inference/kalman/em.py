@@ -19,10 +19,10 @@ Example:
     >>> import numpy as np
     >>> from inference import kalman
     >>> rng = np.random.default_rng(0)
-    >>> x = np.zeros(300)
-    >>> for t in range(1, 300):
+    >>> x = np.zeros(200)
+    >>> for t in range(1, 200):
     ...     x[t] = 0.9 * x[t - 1] + rng.normal()
-    >>> y = (x + 0.5 * rng.normal(size=300))[:, None]
+    >>> y = (x + 0.5 * rng.normal(size=200))[:, None]
     >>> fit = kalman.em(y, 1)
     >>> round(float(fit.params["F"][0, 0]), 1), bool(np.all(np.diff(fit.log_likelihood) > -1e-8))
     (0.9, True)

@@ -12,9 +12,9 @@ Example:
     >>> import jax, numpy as np
     >>> from inference import kalman
     >>> eye = np.eye(2)
-    >>> y = np.random.default_rng(0).normal(size=(10, 2))
-    >>> kalman.sample_states(jax.random.PRNGKey(0), np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye, y, 100).shape
-    (100, 10, 2)
+    >>> y = np.random.default_rng(0).normal(size=(4, 2))
+    >>> kalman.sample_states(jax.random.PRNGKey(0), np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye, y, 5).shape
+    (5, 4, 2)
 """
 
 from __future__ import annotations
@@ -29,12 +29,7 @@ from inference.kalman import _checks
 from inference.kalman import parallel as par
 from inference.kalman import sequential as seq
 from inference.kalman.driver import raise_if_not_finite
-
-
-def psd_sqrt(a):
-    """A factor B with B B' = a for symmetric positive semi-definite (…, N, N) ``a``."""
-    w, v = jnp.linalg.eigh(a)
-    return v * jnp.sqrt(jnp.maximum(w, 0.0))[..., None, :]
+from inference.kalman.linalg import psd_sqrt
 
 
 def sample_pass(rng_key, params, obs, masked: bool, num_samples: int, parallel: bool = False):

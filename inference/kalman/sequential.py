@@ -3,15 +3,17 @@
 Model: ``x_0 ~ N(init_mean, init_cov)``, ``x_t = F x_{t-1} + N(0, Q)``, ``y_t = H x_t + N(0, R)``
 (time index from 0 in the code). Numerics chosen so that float32 works:
 
-- the innovation covariance ``S = H P H' + R`` is factored once by Cholesky; the gain, the
-  innovation's log density and its log determinant all come from that factor (no inverse);
-- filtered covariances use the Joseph form ``(I - K H) P (I - K H)' + K R K'`` and smoothed
-  ones its smoother analogue ``(I - G F) P (I - G F)' + G (Q + P_s) G'``: sums of positive
-  semi-definite terms, so rounding cannot make them indefinite (the short forms ``P - K S K'``
-  subtract and can); every covariance is symmetrised;
-- the smoother gain solves with the Cholesky factor of the predicted covariance plus a jitter of
-  ``10 N eps`` times its largest diagonal entry, which keeps a singular prediction (singular ``Q``
-  and ``F``) finite and changes nothing measurable otherwise.
+- the innovation covariance ``S = H P H' + R`` is solved against ``[H P, y - H m]`` once, giving
+  the gain, the innovation's quadratic form and log det S together (:mod:`inference.kalman.linalg`:
+  Gauss-Jordan for small sizes, Cholesky above; no explicit inverse);
+- in float32 filtered covariances use the Joseph form ``(I - K H) P (I - K H)' + K R K'`` and
+  smoothed ones its smoother analogue ``(I - G F) P (I - G F)' + G (Q + P_s) G'``: sums of
+  positive semi-definite terms, so rounding cannot make them indefinite (the short forms
+  ``P - K H P`` and ``P_f + G (P_s - P_p) G'`` subtract and can); float64 uses the short forms
+  (:func:`inference.kalman.linalg.joseph`); every covariance is symmetrised;
+- the smoother gain solves with the predicted covariance plus a jitter of ``10 N eps`` times its
+  largest diagonal entry (:func:`inference.kalman.linalg.add_jitter`), which keeps a singular
+  prediction (singular ``Q`` and ``F``) finite and changes nothing measurable otherwise.
 
 Missing entries: a NaN in ``y_t`` removes that entry from the update (``masked=True``): its row
 of ``H`` is zeroed, its row and column of ``R`` replaced by the identity's and the value by 0,
@@ -21,10 +23,11 @@ A whole NaN row is a pure prediction step. Padding a batch is NaN rows at the en
 Example:
     >>> import numpy as np
     >>> from inference.kalman.sequential import filter_pass
-    >>> eye = np.eye(1)
-    >>> lls, means, covs = filter_pass((np.zeros(1), eye, eye, eye, eye, eye), np.ones((3, 1)), False)
+    >>> eye = np.eye(2)
+    >>> y = np.random.default_rng(0).normal(size=(4, 2))
+    >>> lls, means, covs = filter_pass((np.zeros(2), eye, 0.9 * eye, 0.1 * eye, eye, eye), y, False)
     >>> means.shape, covs.shape, lls.shape
-    ((3, 1), (3, 1, 1), (3,))
+    ((4, 2), (4, 2, 2), (4,))
 """
 
 from __future__ import annotations
@@ -32,15 +35,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.linalg import cho_solve, solve_triangular
+
+from inference.kalman.linalg import add_jitter, joseph, solve_psd, sym  # noqa: F401 - sym re-exported
 
 UNROLL = 1  # lax.scan unroll factor (see benchmarks/kalman_vs_dynamax.py)
 LOG_2PI = float(np.log(2.0 * np.pi))
-
-
-def sym(a):
-    """The symmetric part of a (…, N, N) array."""
-    return 0.5 * (a + jnp.swapaxes(a, -1, -2))
 
 
 def masked_observation(H, R, y):
@@ -60,14 +59,15 @@ def condition(mean, cov, H, R, y, masked: bool):
     if masked:
         H, R, y, missing = masked_observation(H, R, y)
     HP = H @ cov
-    chol = jnp.linalg.cholesky(sym(HP @ H.T + R))
     resid = y - H @ mean
-    w = solve_triangular(chol, jnp.concatenate([HP, resid[:, None]], axis=1), lower=True)  # L^-1 [H P, r]
-    gain = solve_triangular(chol, w[:, :-1], lower=True, trans=1).T  # P H' S^-1
-    z = w[:, -1]
-    a = jnp.eye(cov.shape[-1], dtype=cov.dtype) - gain @ H
-    new_cov = sym(a @ cov @ a.T + gain @ R @ gain.T)
-    ll = -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diagonal(chol))) - 0.5 * (y.shape[-1] - missing) * LOG_2PI
+    sol, logdet = solve_psd(sym(HP @ H.T + R), jnp.concatenate([HP, resid[:, None]], axis=1))  # S^-1 [H P, r]
+    gain = sol[:, :-1].T  # P H' S^-1
+    if joseph(cov.dtype):
+        a = jnp.eye(cov.shape[-1], dtype=cov.dtype) - gain @ H
+        new_cov = sym(a @ cov @ a.T + gain @ R @ gain.T)
+    else:
+        new_cov = sym(cov - gain @ HP)
+    ll = -0.5 * (resid @ sol[:, -1] + logdet + (y.shape[-1] - missing) * LOG_2PI)
     return mean + gain @ resid, new_cov, ll
 
 
@@ -76,26 +76,23 @@ def predict(mean, cov, F, Q):
     return F @ mean, sym(F @ cov @ F.T + Q)
 
 
-def jittered_cholesky(a):
-    """Cholesky factor of ``a + 10 N eps max(diag a) I`` (a symmetric PSD (…, N, N))."""
-    n = a.shape[-1]
-    eps = jnp.finfo(a.dtype).eps
-    scale = jnp.max(jnp.diagonal(a, axis1=-2, axis2=-1), axis=-1)[..., None, None]
-    return jnp.linalg.cholesky(a + 10.0 * n * eps * scale * jnp.eye(n, dtype=a.dtype))
-
-
 def smoother_gain(filtered_cov, F, Q):
-    """RTS gain G = P_f F' (F P_f F' + Q)^-1."""
-    chol = jittered_cholesky(sym(F @ filtered_cov @ F.T + Q))
-    return cho_solve((chol, True), F @ filtered_cov).T
+    """(RTS gain G = P_f F' P_p^-1, predicted covariance P_p = F P_f F' + Q). P_p is positive
+    definite (up to the jitter when it is singular): a Cholesky solve above the small sizes."""
+    fp = F @ filtered_cov
+    pred = sym(fp @ F.T + Q)
+    return solve_psd(add_jitter(pred), fp)[0].T, pred
 
 
 def smooth_step(filtered_mean, filtered_cov, next_mean, next_cov, F, Q):
     """One backward RTS step: (smoothed mean, smoothed covariance, gain) at t from t + 1."""
-    gain = smoother_gain(filtered_cov, F, Q)
+    gain, pred = smoother_gain(filtered_cov, F, Q)
     mean = filtered_mean + gain @ (next_mean - F @ filtered_mean)
-    a = jnp.eye(F.shape[-1], dtype=F.dtype) - gain @ F
-    cov = sym(a @ filtered_cov @ a.T + gain @ (Q + next_cov) @ gain.T)
+    if joseph(F.dtype):
+        a = jnp.eye(F.shape[-1], dtype=F.dtype) - gain @ F
+        cov = sym(a @ filtered_cov @ a.T + gain @ (Q + next_cov) @ gain.T)
+    else:
+        cov = sym(filtered_cov + gain @ (next_cov - pred) @ gain.T)
     return mean, cov, gain
 
 

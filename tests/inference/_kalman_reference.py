@@ -4,7 +4,7 @@ small LDS, conditioned exactly with numpy / scipy (no recursion)."""
 import numpy as np
 from scipy import stats
 
-N, D, T = 3, 2, 8  # states, observations, steps: one set of shapes for every test
+N, D, T = 3, 2, 5  # states, observations, steps: one set of shapes for every test
 
 
 def random_lds(seed, singular_q=False):
@@ -35,6 +35,7 @@ def dense_joint(params, num_steps):
     """Mean (T N,) and covariance (T N, T N) of all states, cross-covariance with the
     observations and the observations' covariance (T D, T D)."""
     m0, p0, F, Q, H, R = params
+    N = H.shape[1]  # noqa: N806 - any sizes, not only the module's
     means = [m0]
     marg = [p0]
     for _ in range(1, num_steps):
@@ -55,6 +56,7 @@ def dense_posterior(params, y, upto=None):
     """Exact moments of the states given the observed (non-NaN) entries of y[:upto] and
     log p(those entries): (means (T, N), covs (T, N, N), full covariance, log likelihood)."""
     num_steps = y.shape[0]
+    N, D = params[4].shape[1], params[4].shape[0]  # noqa: N806
     mu, sx, sxy, syy, hb = dense_joint(params, num_steps)
     flat = y.reshape(-1)
     keep = ~np.isnan(flat)
@@ -75,10 +77,9 @@ def dense_filter(params, y):
 
 
 def with_missing(y):
+    """y with one entry of step 2, all of step 4 and one entry of step 7 missing (those < T)."""
     y = y.copy()
-    y[2, 0] = np.nan  # one entry missing
-    y[4] = np.nan  # a whole row missing
-    y[7, 1] = np.nan
+    for t, cols in ((2, [0]), (4, slice(None)), (7, [1])):
+        if t < y.shape[0]:
+            y[t, cols] = np.nan
     return y
-
-

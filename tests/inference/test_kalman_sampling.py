@@ -14,7 +14,7 @@ from _kalman_reference import N, T, dense_posterior, random_lds, simulate, with_
 S = 4000  # draws
 
 
-@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("parallel", [False, pytest.param(True, marks=pytest.mark.slow)])  # parallel: slow compile
 def test_draws_match_the_exact_posterior_within_monte_carlo_error(parallel):
     params = random_lds(7)
     y = with_missing(simulate(params, 7))
@@ -33,6 +33,7 @@ def test_draws_match_the_exact_posterior_within_monte_carlo_error(parallel):
     assert np.max(np.abs(cov[:N, N:2 * N])) > 0.05
 
 
+@pytest.mark.slow  # a vmapped program of its own; the sampling pass itself is checked above
 def test_batch_shape_and_independent_sequences():
     params = random_lds(8)
     ys = np.stack([with_missing(simulate(params, s)) for s in (8, 9)])
