@@ -26,6 +26,7 @@ MODELS = {
     "gaussian_mixture": ("probmodels.mixtures", "X"),
     "dp_mixture": ("probmodels.mixtures", "X"),
     "hmm": ("probmodels.hmm", "series"),
+    "lds": ("probmodels.lds", "X"),  # every column observed, one row per time step
     "lda": ("probmodels.lda", "counts"),
 }
 ENGINES = ("mcmc", "vi", "laplace", "ep", "exact")  # exact: discrete programs (the demo's Bayesian network)
