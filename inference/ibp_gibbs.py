@@ -41,7 +41,7 @@ import numpy as np
 from jax import lax
 from numpyro.infer.util import log_density
 
-from inference import convergence, ibp_vi
+from inference import compiled, convergence, ibp_vi
 from inference.posterior import Posterior
 
 MAX_SHRINK = 60  # slice-sampling shrinkage steps per stick (a slice narrower than 2^-60 is accepted as is)
@@ -138,9 +138,11 @@ def sample_chains(keys, states: GibbsState, Y, prior, structure, num_warmup: int
     return jax.vmap(chain)(keys, states)
 
 
-def initial_states(rng_key, Y, prior, truncation, structure, num_chains) -> GibbsState:
-    """Each chain: the VI fit's sticks, features and precisions at q's means, ``z`` drawn from q(z)."""
-    res = ibp_vi.fit(Y, prior, truncation, jax.random.fold_in(rng_key, 0), structure=structure, max_iter=300)
+def initial_states(rng_key, Y, prior, truncation, structure, num_chains, num_restarts=20) -> GibbsState:
+    """Each chain: the VI fit's (best of ``num_restarts``) sticks, features and precisions at q's
+    means, ``z`` drawn from q(z)."""
+    res = ibp_vi.fit(Y, prior, truncation, jax.random.fold_in(rng_key, 0), structure=structure,
+                     num_restarts=num_restarts)
     q = res.state
     z = jax.random.bernoulli(jax.random.fold_in(rng_key, 1), q.nu, (num_chains,) + q.nu.shape).astype(Y.dtype)
     e_x = q.noise_shape / q.noise_rate if structure.learn_noise else prior.noise_precision
@@ -151,13 +153,13 @@ def initial_states(rng_key, Y, prior, truncation, structure, num_chains) -> Gibb
 
 
 def posterior(model, args, kwargs, Y, prior, truncation, *, structure, num_samples=1000, num_warmup=1000,
-              num_chains=4, seed=0) -> Posterior:
+              num_chains=4, seed=0, num_restarts=20) -> Posterior:
     """Run the chains and return a `Posterior` (engine "mcmc") with the model's sites, its log joint
     ``lp`` and the per-row log likelihood at every draw; ``converged`` by `inference.convergence.mcmc`
     over the continuous sites."""
     Y = jnp.asarray(Y, jnp.result_type(float))
     key = jax.random.PRNGKey(seed)
-    states = initial_states(jax.random.fold_in(key, 0), Y, prior, truncation, structure, num_chains)
+    states = initial_states(jax.random.fold_in(key, 0), Y, prior, truncation, structure, num_chains, num_restarts)
     start = time.perf_counter()
     kept = sample_chains(jax.random.split(jax.random.fold_in(key, 1), num_chains), states, Y, prior, structure,
                          num_warmup, num_samples)
@@ -170,11 +172,19 @@ def posterior(model, args, kwargs, Y, prior, truncation, *, structure, num_sampl
         samples["feature_scale"] = kept.feature_precision ** -0.5
     flat = {k: jnp.asarray(v.reshape((-1,) + v.shape[2:])) for k, v in samples.items()}
 
-    def densities(values):
-        lp, tr = log_density(model, args, kwargs, values)
-        return lp, tr["Y"]["fn"].log_prob(Y), tr["probs"]["value"]
+    def build(rebuild):
+        def run(arrays, values):
+            a, kw = rebuild(arrays)
 
-    lp, loglik, probs = jax.jit(jax.vmap(densities))(flat)
+            def densities(v):
+                lp, tr = log_density(model, a, kw, v)
+                return lp, tr["Y"]["fn"].log_prob(tr["Y"]["value"]), tr["probs"]["value"]
+
+            return jax.vmap(densities)(values)
+
+        return jax.jit(run)
+
+    lp, loglik, probs = compiled.call("ibp-gibbs-densities", model, args, kwargs, (), build, flat)
     samples["probs"] = np.asarray(probs).reshape(kept.sticks.shape)
     if not (np.all(np.isfinite(kept.features)) and np.all(np.isfinite(np.asarray(lp)))):
         raise FloatingPointError("IBP Gibbs produced non-finite draws: check Y for huge values and the priors' scales")

@@ -110,7 +110,7 @@ class _Unobserve(Messenger):
 
 # Model-offered hooks that read the data from the model's *arguments* would see the original data,
 # not the simulated observations the fit is conditioned on, so they are not carried over.
-_ARGUMENT_HOOKS = ("init_values", "vi_methods")
+_ARGUMENT_HOOKS = ("init_values", "vi_methods", "mcmc_sampler")
 
 
 def _conditioned(model):

@@ -87,8 +87,9 @@ def cases() -> list[Case]:
 
 
 # Families whose demo cases have been verified end to end; the others are work in progress.
-VERIFIED_FAMILIES: tuple[str, ...] = ("probmodels.gp", "probmodels.hmm", "probmodels.lda", "probmodels.mixtures",
-                                        "probmodels.spike_slab", "probmodels.bayes_net")
+VERIFIED_FAMILIES: tuple[str, ...] = ("probmodels.gp", "probmodels.hmm", "probmodels.lda", "probmodels.lds", "probmodels.mixtures",
+                                        "probmodels.spike_slab", "probmodels.bayes_net", "probmodels.experts",
+                                        "probmodels.factor", "probmodels.ibp")
 
 
 def _family_cases():

@@ -62,29 +62,31 @@ def _choice(value, options, name):
 
 
 def _targets(y, n, expert):
+    """Checked targets: NumPy when concrete (float, or int {0, 1} labels for logistic experts)."""
     if expert == "logistic":
-        y = _checks.binary_labels(y, n, "y")
-        return None if y is None else jnp.asarray(y)
-    y = _checks.vector(y, n, "y")
-    return None if y is None else jnp.asarray(y)
+        return _checks.binary_labels(y, n, "y")
+    return _checks.vector(y, n, "y")
 
 
 def priors(X, y, expert, prior_scale, gating_scale, noise_prior) -> moe_em.Penalty:
     """The model's Gaussian priors as `inference.moe_em.Penalty` precisions (and the noise
-    prior): what `start` runs MAP-EM with. See the module docstring."""
-    dtype = jnp.result_type(float)
-    mx, sx = jnp.mean(X, 0), jnp.std(X, 0)
-    sx = jnp.where(sx > 0, sx, 1.0)
-    c = 1.0 + jnp.sum((mx / sx) ** 2)
-    gate_sd = jnp.concatenate([jnp.sqrt(c)[None], 1.0 / sx]) * gating_scale
+    prior): what `start` runs MAP-EM with. See the module docstring. NumPy for concrete data (no
+    eager JAX dispatch, which compiles each operation in a new process), jnp when traced."""
+    traced = _checks.is_traced(X) or _checks.is_traced(y) or _checks.is_traced(prior_scale) or _checks.is_traced(gating_scale)
+    xp = jnp if traced else np
+    mx, sx = xp.mean(X, 0), xp.std(X, 0)
+    sx = xp.where(sx > 0, sx, 1.0)
+    c = 1.0 + xp.sum((mx / sx) ** 2)
+    gate_sd = xp.concatenate([xp.sqrt(c)[None], 1.0 / sx]) * gating_scale
     if expert == "linear":
-        my, sy = (jnp.zeros((), dtype), jnp.ones((), dtype)) if y is None else (jnp.mean(y), jnp.std(y))
-        sy = jnp.where(sy > 0, sy, 1.0)
+        my, sy = (xp.zeros(()), xp.ones(())) if y is None else (xp.mean(y), xp.std(y))
+        sy = xp.where(sy > 0, sy, 1.0)
         a, b = (2.0, 0.1 * sy**2) if noise_prior is None else noise_prior
     else:
-        my, sy, a, b = jnp.zeros((), dtype), jnp.ones((), dtype), 0.0, 0.0
-    coef_sd = jnp.concatenate([jnp.sqrt(c)[None], 1.0 / sx]) * prior_scale * sy
-    mean = jnp.zeros_like(coef_sd).at[0].set(my)
+        my, sy, a, b = xp.zeros(()), xp.ones(()), 0.0, 0.0
+    coef_sd = xp.concatenate([xp.sqrt(c)[None], 1.0 / sx]) * prior_scale * sy
+    mean = xp.concatenate([xp.reshape(my, (1,)), xp.zeros(coef_sd.shape[0] - 1)])
+    dtype = jnp.result_type(float)
     f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
     return moe_em.Penalty(f(gate_sd**-2), f(mean), f(coef_sd**-2), f(a), f(b))
 
@@ -144,7 +146,6 @@ def mixture_of_experts(X, y=None, *, num_experts=2, expert="linear", gating="sof
     expert = _choice(expert, EXPERTS, "expert")
     _choice(gating, GATINGS, "gating")
     X = _checks.matrix(X, "X", allow_1d=True)
-    X = jnp.asarray(X) if not _checks.is_traced(X) else X
     n, d = X.shape
     y = _targets(y, n, expert)
     prior_scale = _checks.positive(prior_scale, "prior_scale")
@@ -153,7 +154,8 @@ def mixture_of_experts(X, y=None, *, num_experts=2, expert="linear", gating="sof
         if expert != "linear":
             raise ValueError("noise_prior applies to linear experts only")
         noise_prior = _checks.positive_pair(noise_prior, "noise_prior")
-    penalty = priors(X, None if y is None else jnp.asarray(y, X.dtype), expert, prior_scale, gating_scale, noise_prior)
+    penalty = priors(X, y, expert, prior_scale, gating_scale, noise_prior)
+    X = X if _checks.is_traced(X) else jnp.asarray(X, jnp.result_type(float))
     infer = _infer(X, y, penalty, k, expert)
     gate_sd, coef_sd = penalty.gating_precision**-0.5, penalty.coef_precision**-0.5
     gating_bias = numpyro.sample("gating_bias", dist.Normal(jnp.zeros(k, X.dtype), gate_sd[0]).to_event(1),
@@ -225,11 +227,16 @@ def predictive_log_density(post, X_new, y_new) -> np.ndarray:
     flat = {k: np.asarray(v).reshape((-1,) + np.shape(v)[2:]) for k, v in post.samples.items()
             if k in moe_em.MoEParams._fields}
     params = _params(flat, (next(iter(flat.values())).shape[0],))
-    Xj, yj = jnp.asarray(X_new), jnp.asarray(y_new, jnp.asarray(X_new).dtype)
-    ll = jax.vmap(lambda p: jax.scipy.special.logsumexp(moe_em.joint_log_terms(p, Xj, yj, expert), -1))(
-        jax.tree.map(jnp.asarray, params))
-    ll = np.asarray(ll)
+    dtype = jnp.result_type(float)
+    ll = np.asarray(_log_density_per_draw(jax.tree.map(lambda v: jnp.asarray(v, dtype), params),
+                                          jnp.asarray(X_new, dtype), jnp.asarray(y_new, dtype), expert))
     return logsumexp(ll, axis=0) - np.log(ll.shape[0])
+
+
+@functools.partial(jax.jit, static_argnames=("expert",))
+def _log_density_per_draw(params, X, y, expert):
+    """log p(y_i | x_i, theta_s): (draws, m)."""
+    return jax.vmap(lambda p: jax.scipy.special.logsumexp(moe_em.joint_log_terms(p, X, y, expert), -1))(params)
 
 
 MAX_ROWS = 500  # expert distances are averaged over at most this many training rows

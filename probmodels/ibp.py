@@ -1,5 +1,6 @@
 """The linear-Gaussian latent feature model with an Indian buffet process prior (Griffiths &
-Ghahramani 2005/2011; Alpaydin 16.12), truncated stick-breaking (Teh, Gorur & Ghahramani 2007).
+Ghahramani 2005/2011; Alpaydin 16.12), truncated stick-breaking (Teh, Gorur & Ghahramani 2007);
+Beta(alpha, 1) is written as the identical Kumaraswamy(alpha, 1), which samples by inverting its CDF.
 
     sticks_k ~ Beta(alpha, 1), probs_k = prod_{j <= k} sticks_j       k = 1..K (``truncation``)
     z_nk ~ Bernoulli(probs_k)                    which features row n has (site ``z``, (n, K))
@@ -22,7 +23,7 @@ Example:
     >>> import numpy as np, inference
     >>> from probmodels.ibp import cambridge, ibp_linear_gaussian
     >>> data = cambridge(100, seed=0)
-    >>> post = inference.vi(ibp_linear_gaussian, data.Y, truncation=6, num_samples=50)
+    >>> post = inference.vi(ibp_linear_gaussian, data.Y, truncation=8, num_samples=50)
     >>> post.diagnostics["ibp"]["active_features_mode"]
     4
 """
@@ -44,7 +45,7 @@ from probmodels import _checks
 FEATURE_PRIOR = (1.0, 1.0)
 NOISE_PRIOR = (1.0, 0.1)
 TRUNCATION_TOL = 0.01  # the last feature's probability (posterior mean) above which a warning is raised
-CAVI_RESTARTS = 5
+CAVI_RESTARTS = 20  # random starts of the mean-field VI (vmapped): on cambridge data (seeds 0-5) 5 starts missed the best optimum for seed 1 (5 features), 20 found 4 every time
 
 
 def _data(Y, num_points, num_features):
@@ -59,10 +60,17 @@ def _data(Y, num_points, num_features):
     return Y, Y.shape[0], Y.shape[1]
 
 
+def _scale_prior(name, fixed, prior):
+    """A fixed scale (checked) or the (shape, scale) of its InverseGamma prior (checked)."""
+    if fixed is not None:
+        return _checks.positive(fixed, name), None
+    return None, _checks.positive_pair(prior, name.replace("scale", "prior"))
+
+
 def _scale_site(name, fixed, prior, var):
     if fixed is not None:
-        return _checks.positive(fixed, name)
-    a, b = _checks.positive_pair(prior, name.replace("scale", "prior"))
+        return fixed
+    a, b = prior
     return numpyro.sample(name, dist.TransformedDistribution(dist.InverseGamma(a, b * var),
                                                              dist.transforms.PowerTransform(0.5)))
 
@@ -82,13 +90,15 @@ def ibp_linear_gaussian(Y, truncation=10, *, alpha=1.0, feature_scale=None, nois
     Example:
         >>> import numpy as np, inference, probmodels
         >>> data = cambridge(100, seed=0)
-        >>> post = inference.vi(probmodels.ibp_linear_gaussian, data.Y, truncation=6, num_samples=50)
+        >>> post = inference.vi(probmodels.ibp_linear_gaussian, data.Y, truncation=8, num_samples=50)
         >>> bool(post.diagnostics["ibp"]["truncation_ok"]), post.samples["z"].shape
-        (True, (1, 50, 100, 6))
+        (True, (1, 50, 100, 8))
     """
     Y, n, d = _data(Y, num_points, num_features)
     k = _checks.positive_int(truncation, "truncation")
     alpha = _checks.positive(alpha, "alpha")
+    sd_a, a_prior = _scale_prior("feature_scale", feature_scale, feature_prior)
+    sd_x, x_prior = _scale_prior("noise_scale", noise_scale, noise_prior)
     dtype = jnp.result_type(float)
     if Y is None:
         var = jnp.ones((), dtype)
@@ -96,12 +106,13 @@ def ibp_linear_gaussian(Y, truncation=10, *, alpha=1.0, feature_scale=None, nois
         var = np.mean(np.asarray(Y) ** 2) if not _checks.is_traced(Y) else jnp.mean(Y**2)
         var = jnp.where(var > 0, var, 1.0)
     one = jnp.ones((), dtype)
-    sticks = numpyro.sample("sticks", dist.Beta(alpha * one, one).expand([k]).to_event(1))
+    # Beta(alpha, 1) is Kumaraswamy(alpha, 1): the same density, sampled by inverting its CDF
+    sticks = numpyro.sample("sticks", dist.Kumaraswamy(alpha * one, one).expand([k]).to_event(1))
     probs = numpyro.deterministic("probs", jnp.cumprod(sticks))
     z = numpyro.sample("z", dist.Bernoulli(probs=probs).expand([n, k]).to_event(2))
-    sd_a = _scale_site("feature_scale", feature_scale, feature_prior, var)
+    sd_a = _scale_site("feature_scale", sd_a, a_prior, var)
     features = numpyro.sample("features", dist.Normal(jnp.zeros((k, d), dtype), sd_a).to_event(2))
-    sd_x = _scale_site("noise_scale", noise_scale, noise_prior, var)
+    sd_x = _scale_site("noise_scale", sd_x, x_prior, var)
     with numpyro.plate("point", n):
         numpyro.sample("Y", dist.Normal(z.astype(dtype) @ features, sd_x).to_event(1), obs=Y)
 
@@ -152,7 +163,8 @@ def _gibbs(model, args, kwargs, trace, *, num_samples, num_warmup, num_chains, s
 
     prob = problem(model, args, kwargs)
     post = ibp_gibbs.posterior(model, args, kwargs, prob.Y, prob.prior, prob.truncation, structure=prob.structure,
-                               num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed)
+                               num_samples=num_samples, num_warmup=num_warmup, num_chains=num_chains, seed=seed,
+                               num_restarts=CAVI_RESTARTS)
     return postprocess(post)
 
 
