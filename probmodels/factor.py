@@ -27,10 +27,10 @@ Every engine (NUTS, autoguide VI, Laplace; EP does not apply) starts from `start
 Bayesian bootstrap of the rows (a new one per chain), rotated to the lower-triangular form.
 
 Example:
-    >>> import numpy as np, inference, probmodels
-    >>> from probmodels.factor import ppca_ml, simulate
+    >>> import numpy as np, inference
+    >>> from probmodels.factor import ppca, ppca_ml, simulate
     >>> sim = simulate(3000, 6, 2, seed=0)
-    >>> post = inference.laplace(probmodels.ppca, sim.Y, num_factors=2, num_samples=50)
+    >>> post = inference.laplace(ppca, sim.Y, num_factors=2, num_samples=50)
     >>> ml = ppca_ml(sim.Y, 2)
     >>> bool(np.max(np.abs(post.mean("loadings") - ml.loadings)) < 0.05), post.samples["factors"].shape
     (True, (1, 50, 3000, 2))
@@ -233,10 +233,10 @@ def factor_analysis(Y, num_factors=1, *, loading_scale=1.0, noise_prior=NOISE_PR
     ``num_features``) simulates.
 
     Example (a draw from the prior; ``inference.laplace(factor_analysis, Y, num_factors=2)`` fits):
-        >>> import numpyro, probmodels
-        >>> from probmodels.factor import simulate
+        >>> import numpyro
+        >>> from probmodels.factor import factor_analysis, simulate
         >>> sim = simulate(50, 5, 2, seed=0, noise=[0.1, 0.2, 0.3, 0.4, 0.5])
-        >>> tr = numpyro.handlers.trace(numpyro.handlers.seed(probmodels.factor_analysis, 0)).get_trace(sim.Y, 2)
+        >>> tr = numpyro.handlers.trace(numpyro.handlers.seed(factor_analysis, 0)).get_trace(sim.Y, 2)
         >>> tr["loadings"]["value"].shape, tr["noise"]["value"].shape, float(tr["loadings"]["value"][0, 1])
         ((5, 2), (5,), 0.0)
     """
@@ -248,10 +248,10 @@ def ppca(Y, num_factors=1, *, loading_scale=1.0, noise_prior=NOISE_PRIOR, num_po
     site) for every feature. `ppca_ml` is its closed-form maximum-likelihood fit.
 
     Example (the module's example, whose fit it reuses):
-        >>> import numpy as np, inference, probmodels
-        >>> from probmodels.factor import ppca_ml, simulate
+        >>> import numpy as np, inference
+        >>> from probmodels.factor import ppca, ppca_ml, simulate
         >>> sim = simulate(3000, 6, 2, seed=0)
-        >>> post = inference.laplace(probmodels.ppca, sim.Y, num_factors=2, num_samples=50)
+        >>> post = inference.laplace(ppca, sim.Y, num_factors=2, num_samples=50)
         >>> bool(abs(post.mean("noise") - ppca_ml(sim.Y, 2).noise) < 0.01)
         True
     """

@@ -88,9 +88,10 @@ def ibp_linear_gaussian(Y, truncation=10, *, alpha=1.0, feature_scale=None, nois
         feature_scale, noise_scale: fixed standard deviations, or None for a prior (module docstring).
 
     Example:
-        >>> import numpy as np, inference, probmodels
+        >>> import numpy as np, inference
+        >>> from probmodels.ibp import cambridge, ibp_linear_gaussian
         >>> data = cambridge(100, seed=0)
-        >>> post = inference.vi(probmodels.ibp_linear_gaussian, data.Y, truncation=8, num_samples=50)
+        >>> post = inference.vi(ibp_linear_gaussian, data.Y, truncation=8, num_samples=50)
         >>> bool(post.diagnostics["ibp"]["truncation_ok"]), post.samples["z"].shape
         (True, (1, 50, 100, 8))
     """
