@@ -51,6 +51,14 @@ def init_values(model, args, kwargs, seed):
     return start(args, kwargs, seed) if callable(start) else None
 
 
+def check_offered(model, engine: str) -> None:
+    """Raise ValueError, before any work, when the model family refuses ``engine``: it lists the
+    reason in ``model.refused_engines`` (e.g. the DP mixture refuses Laplace)."""
+    reason = (getattr(model, "refused_engines", None) or {}).get(engine)
+    if reason:
+        raise ValueError(f"inference.{engine} is not offered for {getattr(model, '__name__', 'this model')}: {reason}")
+
+
 def postprocess(model, post):
     """``model.postprocess(post)`` when the model family adds diagnostics (mixtures: label
     switching, truncation, poor Laplace fit), else ``post`` unchanged."""
@@ -94,12 +102,24 @@ def structure_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:
     try:
         jax.eval_shape(run)
     except Exception:  # noqa: BLE001 - the eager trace raises the model's own error, or succeeds
-        return trace_model(model, args, kwargs, seed)
+        return _eager_structure(model, args, kwargs, seed)
     trace = holder["trace"]
     if any(s["type"] == "sample" and s["is_observed"] and isinstance(s["value"], jax.core.Tracer)
            for s in trace.values()):
-        return trace_model(model, args, kwargs, seed)
+        return _eager_structure(model, args, kwargs, seed)
     return trace
+
+
+def _eager_structure(model, args, kwargs, seed):
+    """`structure_trace`'s eager fallback: the latents at a uniform point of the unconstrained space
+    instead of prior draws (only the structure and the observed values are read), so no sampler is
+    compiled: drawing an HMM's Dirichlet and inverse-gamma priors compiled for ~3 s of CPU in a
+    new process. A site that cannot be placed there (a support without a bijection) is drawn."""
+    try:
+        sub = handlers.substitute(handlers.seed(model, rng_seed=seed), substitute_fn=init_to_uniform)
+        return handlers.trace(sub).get_trace(*args, **kwargs)
+    except (NotImplementedError, ValueError, TypeError):
+        return trace_model(model, args, kwargs, seed)
 
 
 class _nullcontext:

@@ -87,6 +87,8 @@ class Start:
         self.fn, self.label = fn, label
 
     def __call__(self, rng_key):
+        if jax.dtypes.issubdtype(getattr(rng_key, "dtype", None), jax.dtypes.prng_key):
+            rng_key = jax.random.key_data(rng_key)  # one compiled start for typed and raw keys
         return self.fn(rng_key)
 
     def __repr__(self):
@@ -148,6 +150,31 @@ def bootstrap_weights(rng_key, mask):
     is False. Statistics weighted by them spread about as a posterior does."""
     mask = jnp.asarray(mask)
     return jnp.where(mask, jax.random.exponential(rng_key, mask.shape, jnp.result_type(float)), 0.0)
+
+
+def init_to_prior_mean(site=None):
+    """NumPyro init strategy: the prior mean of each continuous latent site where it is finite,
+    else the point ``0`` of the unconstrained space (the site's support mapped from 0: 1 for a
+    positive site, the centre of a simplex or an interval). Deterministic, and it draws nothing:
+    NumPyro's ``init_to_median(num_samples=15)`` draws 15 prior samples per site, and for a Gamma,
+    Beta, Dirichlet or inverse-Wishart prior the compiled rejection sampler cost more than the fit
+    (a Laplace fit of ``linear_regression`` compiled ~6 s of Gamma sampler of its ~17 s)."""
+    if site is None:
+        return init_to_prior_mean
+    if site["type"] != "sample" or site["is_observed"] or site["fn"].support.is_discrete:
+        return None
+    from numpyro.distributions import biject_to
+
+    fn = site["fn"]
+    shape = tuple(site["kwargs"].get("sample_shape") or ()) + tuple(fn.shape())
+    transform = biject_to(fn.support)
+    origin = transform(jnp.zeros(transform.inverse_shape(shape), jnp.result_type(float)))
+    try:
+        mean = jnp.broadcast_to(1.0 * fn.mean, shape)
+    except (NotImplementedError, ValueError, TypeError, AttributeError):
+        return origin
+    ok = jnp.all(jnp.isfinite(mean), axis=tuple(range(mean.ndim - fn.event_dim, mean.ndim)), keepdims=True)
+    return jnp.where(ok, mean, origin)
 
 
 def site_init(default):

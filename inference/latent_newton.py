@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.scipy.special import log_ndtr
 
@@ -147,6 +148,40 @@ def newton(problem, a0, tol, max_iter: int = 100) -> NewtonResult:
     s = _run(problem, a0, jnp.asarray(tol, a0.dtype), max_iter)
     converged = (s.gain <= tol * jnp.maximum(1.0, jnp.abs(s.psi))) & jnp.isfinite(s.psi)
     return NewtonResult(s.a, s.psi, s.iteration, converged)
+
+
+@jax.jit
+def _evidence_terms(problem, a):
+    """``(Psi(a), log det B / 2, min h'')`` at ``a`` (see `log_evidence`)."""
+    if problem.space == "function":
+        K = problem.prior_cov
+        f = K @ a
+        eta, quad = f + problem.offset, jnp.dot(a, f)
+    else:
+        P = problem.proj
+        eta, quad = P @ a + problem.offset, jnp.dot(a, a)
+    total = lambda e: jnp.sum(log_lik(problem, e))  # noqa: E731
+    d2 = jax.jvp(jax.grad(total), (eta,), (jnp.ones_like(eta),))[1]
+    W = jnp.maximum(-d2, 0.0)
+    if problem.space == "function":
+        sW = jnp.sqrt(W)
+        B = jnp.eye(K.shape[0], dtype=K.dtype) + sW[:, None] * K * sW[None, :]
+    else:
+        B = jnp.eye(P.shape[1], dtype=P.dtype) + P.T @ (W[:, None] * P)
+    half_logdet = jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(B))))
+    return -0.5 * quad + total(eta), half_logdet, jnp.min(-d2)
+
+
+def log_evidence(problem, a) -> float | None:
+    """The Laplace evidence at the mode ``a`` in the stable form of R&W alg. 3.2,
+    ``Psi(a) - log det B / 2`` with ``B = I + W^1/2 K W^1/2`` (weight space: ``I + X' W X``), both
+    well conditioned: the generic route (the potential and ``log det(K^-1 + W)``) goes through
+    ``K^-1`` and lost ~7e-3 of a GP classifier's evidence in float32 (condition number ~1e4).
+    ``None`` where a site is not log-concave there (``W`` would be clamped) or the value is not
+    finite: the caller keeps its generic value."""
+    psi, half_logdet, min_w = (float(v) for v in _evidence_terms(problem, a))
+    value = psi - half_logdet
+    return value if min_w >= 0.0 and np.isfinite(value) else None
 
 
 def to_latent(problem, latent_map, a):

@@ -27,12 +27,13 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.infer import SVI, Trace_ELBO, init_to_median
+from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer import autoguide
 from numpyro.infer.util import log_density
 from numpyro.optim import optax_to_numpyro
 
 from inference import _model, _options, _special, compiled, convergence, sharding, whiten
+from inference.latent import init_to_prior_mean
 from inference.posterior import Posterior
 from inference.progress import Bar
 
@@ -159,7 +160,7 @@ def vi(
         g = guide
         if isinstance(g, str):
             g = GUIDES[g](fit_model, init_loc_fn=_model.init_strategy(
-                model, args, kwargs, seed, init_to_median(num_samples=15)))
+                model, args, kwargs, seed, init_to_prior_mean))
         optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate) if tunable else optimizer
         svi = SVI(fit_model, g, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
 

@@ -167,13 +167,14 @@ def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
 
 
 def test_laplace_programs_are_kept_per_argument_shapes(tmp_path, monkeypatch):
-    """Laplace's programs (start, mode search, potential and its derivatives, constraining, the
+    """Laplace's programs (start, the potential at a point and at many, its derivatives (what
+    the damped Newton mode search of a 2-dimensional problem runs on), constraining, the
     pointwise log likelihood) are kept too, each per shapes of its arguments: a new process
     exports none of them again, and the fit is bitwise the one without the cache."""
     y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
     fit = lambda: inference.laplace(_normal_mean, y, num_samples=50, seed=2)  # noqa: E731
     plain, runs = _refits(fit, monkeypatch, tmp_path)
-    assert runs[0][1] == runs[1][1] >= 7  # exported on the first fit only
+    assert runs[0][1] == runs[1][1] >= 6  # exported on the first fit only
     for post, _ in runs:
         assert post.log_evidence == plain.log_evidence
         for name in ("mu", "tau"):
