@@ -7,7 +7,8 @@ They read the standard mixture sites of a `Posterior` (``weights``, ``locs``, ``
 ``(chain, draw)`` axes. `postprocess` gathers the scalar summaries into
 ``post.diagnostics["mixture"]``, names the ArviZ dims (``z`` and the rows of ``X`` share
 ``point``), and warns about a non-negligible mass beyond the truncation level and about a Laplace
-approximation that is poor (empty components, importance weights with Pareto k > 0.7).
+approximation that is poor (empty components, importance weights with Pareto k > 0.7; such a fit
+is not ``converged``).
 `check_collapse` (mixtures and HMMs, every engine) flags a fit whose components or states have
 collapsed onto each other: ``diagnostics["collapsed"]``, ``converged=False`` and a warning.
 
@@ -387,7 +388,7 @@ def summarise(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True) -
         out["laplace_poor"] = bool(poor)
         if poor and warn:
             warnings.warn("the Laplace approximation of this mixture is poor: " + "; ".join(poor)
-                          + ". Use fewer components, inference.vi(..., method='cavi') or inference.mcmc",
+                          + ": converged=False. Use fewer components, inference.vi(..., method='cavi') or inference.mcmc",
                           skip_file_prefixes=_options.INTERNAL)
     return out
 
@@ -400,6 +401,8 @@ def postprocess(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True)
     post = check_collapse(post, warn)
     diagnostics = dict(post.diagnostics)
     diagnostics["mixture"] = summarise(post, truncation_tol, warn)
+    if diagnostics["mixture"].get("laplace_poor"):  # `converged` is a promise: not on a poor approximation
+        diagnostics["converged"] = False
     dims = dict(post.dims)
     if "z" in post.samples:
         dims.setdefault("z", ["point"])

@@ -441,6 +441,13 @@ for _model in (gaussian_mixture, dp_mixture):
     _model.vi_methods = {"cavi": _cavi}
     _model.postprocess = mixture_diagnostics.postprocess
 del _model
+# Measured (defaults matrix, 150 points from 3 components, truncation 6): the mode search stopped at
+# saddles (indefinite Hessian) or, past them, the Gaussian in the sticks' logit space gave the 3
+# empty components ~12% of the weight (exact: ~2%): weight errors 0.15 against a tolerance of 0.1.
+dp_mixture.refused_engines = {
+    "laplace": "a truncated DP mixture always has empty components, whose posterior is their heavy-tailed "
+               "prior, and its stick-breaking weights are far from Gaussian in the unconstrained space, so "
+               "the Laplace approximation is poor; use inference.vi(..., method='cavi') or inference.mcmc"}
 
 
 # ----------------------------------------------------------------------------- demo
@@ -493,7 +500,7 @@ def demo_cases():
     guide = AutoDiagonalNormal(gaussian_mixture, init_loc_fn=site_init(init_to_median(num_samples=15)))
     finite = Case("gaussian_mixture", gaussian_mixture, (train,), finite_kw, ("mcmc", "vi", "laplace"), score,
                   {"mcmc": mcmc, "vi": {"steps": 4000, "guide": guide}}, _plot_clusters)
-    dp = Case("dp_mixture", dp_mixture, (train,), {"truncation": 6}, ("mcmc", "vi", "laplace"), score,
+    dp = Case("dp_mixture", dp_mixture, (train,), {"truncation": 6}, ("mcmc", "vi"), score,
               {"mcmc": mcmc, "vi": {"method": "cavi"}}, _plot_clusters)
     return [finite, dp]
 

@@ -139,6 +139,7 @@ def test_postprocess_warns_about_a_poor_laplace_fit_and_names_dims():
         out = md.postprocess(post)
     mix = out.diagnostics["mixture"]
     assert mix["laplace_poor"] and mix["empty_components"] == [2] and mix["occupied_probs"] == {2: 1.0}
+    assert out.diagnostics["converged"] is False  # a poor approximation is never `converged`
     assert md.postprocess(out) is out  # idempotent
     dt = out.to_arviz()
     assert dt.posterior["z"].dims == ("chain", "draw", "point")
@@ -150,7 +151,7 @@ def test_postprocess_warns_about_a_poor_laplace_fit_and_names_dims():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ok = md.postprocess(_laplace_post(z_full, np.zeros((1, S))))
-    assert not ok.diagnostics["mixture"]["laplace_poor"]
+    assert not ok.diagnostics["mixture"]["laplace_poor"] and ok.diagnostics["converged"] is True
 
 
 # ----------------------------------------------------------------------------- collapse

@@ -264,16 +264,31 @@ def test_dp_mixture_puts_its_mass_on_three_components_nuts_and_svi(engine):
     assert top3.mean() > 0.95
 
 
+def test_laplace_is_refused_for_the_dp_mixture_before_any_work():
+    """Issue 21: the truncated DP always has empty components and far-from-Gaussian stick weights;
+    at defaults Laplace stopped at saddles (indefinite Hessian) or gave the empty components ~12% of
+    the weight: refused up front, naming the alternatives (no tracing: the model is not called)."""
+    def never_traced(*args, **kwargs):
+        raise AssertionError("the model was traced")
+
+    never_traced.refused_engines = dp_mixture.refused_engines
+    with pytest.raises(ValueError, match="not offered for dp_mixture.*method='cavi'"):
+        inference.laplace(dp_mixture, SIM.X[:50], truncation=6)
+    with pytest.raises(ValueError, match="not offered"):
+        inference.laplace(never_traced, SIM.X[:50])
+
+
 @pytest.mark.slow  # the warning itself: test_mixture_diagnostics.py::test_postprocess_warns_about_a_poor_laplace_fit
 def test_laplace_reports_when_it_is_a_poor_approximation():
-    # The DP mixture leaves most of its 6 components empty: their posterior is their heavy-tailed
+    # 6 components for 3 clusters leave components empty: their posterior is their heavy-tailed
     # prior, which a Gaussian in the unconstrained space describes badly.
-    # the engine itself applies the family's postprocess, which warns
+    # the engine itself applies the family's postprocess, which warns, and the fit is not converged
     with pytest.warns(UserWarning, match="Laplace approximation of this mixture is poor"):
-        post = inference.laplace(dp_mixture, SIM.X[:200], truncation=6)
+        post = inference.laplace(gaussian_mixture, SIM.X[:200], num_components=6)
     mix = post.diagnostics["mixture"]
     # flagged, for a stated reason: empty components or a heavy importance-weight tail
     assert mix["laplace_poor"] and (mix["empty_components"] or mix.get("pareto_k", 0.0) > 0.7), mix
+    assert post.diagnostics["converged"] is False
 
 
 # ----------------------------------------------------------------------------- data-driven starts
@@ -351,7 +366,7 @@ def test_galaxies_has_three_to_seven_occupied_components_nuts():
 def test_demo_cases_and_cluster_plot(tmp_path, sim_fits):
     cases = demo_cases()
     assert [c.name for c in cases] == ["gaussian_mixture", "dp_mixture"]
-    assert all(set(c.engines) == {"mcmc", "vi", "laplace"} for c in cases)
+    assert [set(c.engines) for c in cases] == [{"mcmc", "vi", "laplace"}, {"mcmc", "vi"}]  # Laplace refused for dp
     files = cases[0].plot(sim_fits("cavi"), str(tmp_path / "sim"))
     assert files and all((tmp_path / f).exists() or __import__("os").path.exists(f) for f in files)
 
