@@ -105,8 +105,8 @@ def mcmc(
     latent = set(_model.latent_sites(trace))
     loglik_flat, white = None, []
     if _model.discrete_latent_sites(trace):
-        samples_flat, sample_stats = _run_discrete(model, args, kwargs, seed, target_accept,
-                                                   max_tree_depth, chain_method, progress, **common)
+        samples_flat, sample_stats = _run_discrete(model, args, kwargs, target_accept, max_tree_depth, chain_method,
+                                                   **common)
         sampler_name = "discrete-hmc-gibbs"
     else:
         if chain_method == "parallel" and jax.local_device_count() < num_chains:
@@ -131,8 +131,8 @@ def mcmc(
         model, samples_flat, args, kwargs, seed + 1, num_chains, trace=trace, loglik=loglik_flat
     )
     diagnostics = convergence_diagnostics(
-        {k: v for k, v in samples.items() if k in latent}, sample_stats.get("diverging")
-    )
+        {k: v for k, v in samples.items() if k in latent}, sample_stats.get("diverging"),
+        discrete=sampler_name == "discrete-hmc-gibbs")
     diagnostics["chain_method"] = chain_method
     diagnostics["sampler"] = sampler_name
     diagnostics["whitened"] = list(white)  # sites NUTS sampled in whitened coordinates
@@ -148,8 +148,8 @@ def mcmc(
     return _model.postprocess(model, post)
 
 
-def _run_discrete(model, args, kwargs, seed, target_accept, max_tree_depth, chain_method, progress,
-                  *, num_samples, num_warmup, num_chains, **_):
+def _run_discrete(model, args, kwargs, target_accept, max_tree_depth, chain_method,
+                  *, num_samples, num_warmup, num_chains, seed, progress):
     """Discrete sites the model does not sum out: NumPyro's Gibbs steps beside NUTS."""
     nuts = NUTS(model, target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
                 init_strategy=_model.init_strategy(model, args, kwargs, seed, init_to_uniform))
@@ -157,14 +157,17 @@ def _run_discrete(model, args, kwargs, seed, target_accept, max_tree_depth, chai
                    num_chains=num_chains, chain_method=chain_method, progress_bar=progress)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="There are not enough devices")
-        sampler.run(jax.random.PRNGKey(seed), *args, extra_fields=("potential_energy",), **kwargs)
+        sampler.run(jax.random.PRNGKey(seed), *args, extra_fields=("hmc_state.potential_energy",), **kwargs)
     stats = sampler.get_extra_fields(group_by_chain=True)
-    return sampler.get_samples(group_by_chain=False), {"lp": -np.asarray(stats["potential_energy"])}
+    return sampler.get_samples(group_by_chain=False), {"lp": -np.asarray(stats["hmc_state.potential_energy"])}
 
 
-def convergence_diagnostics(samples: dict, diverging=None) -> dict:
+def convergence_diagnostics(samples: dict, diverging=None, discrete: bool = False) -> dict:
     """`inference.convergence.mcmc` over the float sites of ``(chain, draw, ...)`` draws (README.md,
     "What `converged` means"): rank-normalised split R-hat < 1.01, bulk ESS >= 100 per chain, and
-    no divergent transition."""
+    no divergent transition. ``discrete``: the integer sites too (those the Gibbs steps sampled;
+    elsewhere integer sites are recovered per draw, e.g. assignments that switch labels)."""
+    if discrete:
+        return convergence.mcmc(dict(samples), diverging)
     floats = {k: v for k, v in samples.items() if np.issubdtype(np.asarray(v).dtype, np.floating)}
     return convergence.mcmc(floats, diverging)
