@@ -14,7 +14,7 @@ Note: the functions ``mcmc``, ``vi``, ``laplace`` and ``ep`` share their names w
 that define them; import internals as ``from inference.ep.sites import ...``.
 """
 
-from inference import cache
+from inference import cache, kalman
 from inference.fit import fit
 from inference.laplace import SingularHessianError, laplace
 from inference.latent import recovered
@@ -30,4 +30,4 @@ from inference.ep.driver import ep  # noqa: E402
 from inference.exact.driver import exact, most_probable  # noqa: E402 (same for the package inference.exact)
 
 
-__all__ = ["Posterior", "cache", "SingularHessianError", "distributed_ep", "ep", "exact", "fit", "laplace", "load", "mcmc", "most_probable", "recovered", "sbc", "vi"]
+__all__ = ["Posterior", "cache", "SingularHessianError", "distributed_ep", "ep", "exact", "fit", "kalman", "laplace", "load", "mcmc", "most_probable", "recovered", "sbc", "vi"]
