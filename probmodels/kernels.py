@@ -67,6 +67,13 @@ def _gram_diag(kernel, X):
     return jax.vmap(lambda x: kernel.evaluate(x, x))(X)
 
 
+def _as_array(kernel, name):
+    """A per-feature hyperparameter given as a list or tuple becomes an array (a pytree leaf)."""
+    value = getattr(kernel, name)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Real) for v in value):
+        object.__setattr__(kernel, name, np.asarray(value, dtype=float))
+
+
 def _is_prior(value) -> bool:
     import numpyro.distributions as dist
 
@@ -306,6 +313,7 @@ class RBF(Kernel):
     _leaves = ("lengthscale", "variance")
 
     def __post_init__(self):
+        _as_array(self, "lengthscale")
         _check_positive(self.lengthscale, "lengthscale", "RBF")
         _check_positive(self.variance, "variance", "RBF")
 
@@ -332,6 +340,7 @@ class Matern(Kernel):
         if self.nu not in (0.5, 1.5, 2.5):
             raise ValueError(f"Matern: nu must be 0.5, 1.5 or 2.5, got {self.nu!r}")
         object.__setattr__(self, "nu", float(self.nu))
+        _as_array(self, "lengthscale")
         _check_positive(self.lengthscale, "lengthscale", "Matern")
         _check_positive(self.variance, "variance", "Matern")
 
@@ -464,36 +473,14 @@ def positive_definite_jitter(K, *, name: str = "K", base: float | None = None, m
     The check runs in the dtype JAX will use (float32 unless x64 is on). ``K`` must be finite and
     symmetric; a matrix that stays non-PD at ``maximum`` raises a ValueError naming ``name``.
     """
+    from inference import linalg  # the one jittered Cholesky of the project
+
     K = np.asarray(K)
     dtype = np.dtype(jnp.asarray(K[:1, :1] if K.ndim == 2 else K).dtype)
-    if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"{name} must be a square matrix, got shape {K.shape}")
-    if not np.all(np.isfinite(K)):
-        raise ValueError(f"{name} contains NaN or inf")
-    scale = float(np.mean(np.diag(K))) if K.shape[0] else 1.0
-    if not scale > 0:
-        raise ValueError(f"{name} is not positive definite: its mean diagonal is {scale:g}")
-    asym = np.max(np.abs(K - K.T)) if K.size else 0.0
-    if asym > 1e-6 * scale:
-        raise ValueError(f"{name} is not symmetric (max |K - K^T| = {asym:.3g})")
     base = BASE_JITTER.get(dtype, 1e-6) if base is None else float(base)
-    Kd = K.astype(dtype)
-    rel = base
-    while rel <= maximum * (1 + 1e-12):
-        jitter = rel * scale
-        try:
-            L = np.linalg.cholesky(Kd + jitter * np.eye(K.shape[0], dtype=dtype))
-            if np.all(np.isfinite(L)):
-                return float(jitter)
-        except np.linalg.LinAlgError:
-            pass
-        rel *= 10.0
-    min_eig = float(np.linalg.eigvalsh(0.5 * (K + K.T).astype(float))[0])
-    raise ValueError(
-        f"{name} is not positive definite even with jitter {maximum:g} x mean diagonal "
-        f"(smallest eigenvalue {min_eig:.3g}, mean diagonal {scale:.3g}); check the kernel and its "
-        f"hyperparameters"
-    )
+    ladder = base * 10.0 ** np.arange(int(np.floor(np.log10(maximum / base) + 1e-9)) + 1)
+    return linalg.cholesky_jitter(K, name, ladder=tuple(ladder), dtype=dtype,
+                                  advice="check the kernel and its hyperparameters")[1]
 
 
 _GRAM_CACHE: dict = {}

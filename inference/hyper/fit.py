@@ -39,13 +39,14 @@ class Programs(NamedTuple):
     """Compiled functions of ``(..., data)``; see `programs`."""
 
     value_and_grad: Callable  # (phi, warm, data) -> (F, grad F, warm, ok, log Z)
-    draw: Callable  # (phi, warm, key, num, data) -> (x (num, d), log q (num,)); num static
-    joint: Callable  # (phi (s, k), x (s, d), data) -> (lp (s,), {site: theta (s, ...)})
+    draw: Callable  # (phi, warm, seed, num, data) -> (x (num, d), log q (num,), lp (num,), {site: theta})
 
 
 def programs(model, hs, model_inputs, evidence, draw, unravel_latent) -> Programs:
     """The jitted programs over the engine's ``evidence(phi, warm, data) -> (log_z, (warm, ok))``
-    and ``draw(phi, warm, key, num, data) -> (x, log_q)``; ``model_inputs(data) -> (args, kwargs)``."""
+    and ``draw(phi, warm, key, num, data) -> (x, log_q)``; ``model_inputs(data) -> (args, kwargs)``.
+    ``draw`` also gives the model's log joint at each draw (``lp``, module docstring) and the
+    hyperparameters' constrained values at ``phi``; ``num`` is static, ``seed`` an integer."""
 
     def log_prior(phi, data):
         args, kwargs = model_inputs(data)
@@ -59,22 +60,22 @@ def programs(model, hs, model_inputs, evidence, draw, unravel_latent) -> Program
         (F, ((new_warm, ok), log_z)), g = jax.value_and_grad(total, has_aux=True)(phi)
         return F, g, new_warm, ok, log_z
 
-    def joint_one(phi, x, data):
+    def draw_and_joint(phi, warm, seed, num, data):
         args, kwargs = model_inputs(data)
-        values = unravel_latent(x)
-        tr = sites.run(model, args, kwargs, hs, phi, values)
-        lp = sites.log_prior(tr, hs) + sites.log_likelihood(tr, hs)
-        for name in hs.latent:
-            lp = lp + jnp.sum(tr[name]["fn"].log_prob(tr[name]["value"]))
-        return lp, sites.constrained(tr, hs)
+        x, log_q = draw(phi, warm, jax.random.PRNGKey(seed), num, data)
 
-    return Programs(
-        value_and_grad=jax.jit(value_and_grad),
-        draw=jax.jit(draw, static_argnums=3),
-        joint=jax.jit(jax.vmap(joint_one, in_axes=(0, 0, None))))
+        def joint(xi):
+            tr = sites.run(model, args, kwargs, hs, phi, unravel_latent(xi))
+            lp = sites.log_prior(tr, hs) + sites.log_likelihood(tr, hs)
+            return lp + sum(jnp.sum(tr[n]["fn"].log_prob(tr[n]["value"])) for n in hs.latent)
+
+        theta = sites.constrained(sites.run(model, args, kwargs, hs, phi), hs)
+        return x, log_q, jax.vmap(joint)(x), theta
+
+    return Programs(value_and_grad=jax.jit(value_and_grad), draw=jax.jit(draw_and_joint, static_argnums=3))
 
 
-def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0, phi0, unravel_latent, *,
+def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0, phi0, *,
         engine: str, num_samples: int, seed: int, tol: float, max_iter: int, diagnostics=None,
         approximation=None) -> Posterior:
     """The mode, the design (``"integrate"``), the draws and the `Posterior` (module docstring)."""
@@ -122,24 +123,26 @@ def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0
         cell = log_w - 0.5 * np.linalg.slogdet(sigma)[1]  # log volume per point (up to a constant)
         info.update({"design": "grid" if k <= 2 else "ccd", "points": int(len(z)), "failed_points": int(failed.sum()),
                      "hessian": H.tolist(), "weights": np.exp(log_mass).tolist()})
-    # draws: systematic resampling of the points' masses, then the latent at each
-    key = jax.random.PRNGKey(seed)
-    u = (float(jax.random.uniform(jax.random.fold_in(key, 11))) + np.arange(num_samples)) / num_samples
+    # draws: systematic resampling of the points' masses, then the latent at each (host RNG: no
+    # compiled key operations)
+    rng = np.random.default_rng(seed)
+    u = (rng.uniform() + np.arange(num_samples)) / num_samples
     which = np.minimum(np.searchsorted(np.cumsum(np.exp(log_mass)), u), len(points) - 1)
-    xs, log_q = [], []
+    parts = []
     for j in np.unique(which):
-        x_j, lq_j = progs.draw(jnp.asarray(points[j]), warms[j], jax.random.fold_in(key, 100 + int(j)), num_samples, data)
         count = int(np.sum(which == j))
-        xs.append(np.asarray(x_j)[:count])
-        log_q.append(np.asarray(lq_j)[:count] + log_mass[j] - cell[j])
-    order = np.asarray(jax.random.permutation(jax.random.fold_in(key, 12), num_samples))  # iid: no runs
-    x, log_q, phis = np.concatenate(xs)[order], np.concatenate(log_q)[order], points[np.sort(which)][order]
-    lp, theta = progs.joint(jnp.asarray(phis), jnp.asarray(x), data)
-    lp = np.asarray(lp)
-    latent_values = jax.vmap(unravel_latent)(jnp.asarray(x))
-    flat = {**{n: np.asarray(v) for n, v in theta.items()}, **{n: np.asarray(v) for n, v in latent_values.items()}}
+        x_j, lq_j, lp_j, theta_j = progs.draw(jnp.asarray(points[j]), warms[j], (1000 * seed + int(j)) % 2**31, num_samples,
+                                              data)
+        theta_j = {n: np.broadcast_to(np.asarray(v), (count,) + np.shape(v)) for n, v in theta_j.items()}
+        parts.append((np.asarray(x_j)[:count], np.asarray(lq_j)[:count] + log_mass[j] - cell[j],
+                      np.asarray(lp_j)[:count], theta_j))
+    order = rng.permutation(num_samples)  # iid draws: no runs of one design point
+    x, log_q, lp = (np.concatenate([p[i] for p in parts])[order] for i in range(3))
+    theta = {n: np.concatenate([p[3][n] for p in parts])[order] for n in hs.hyper}
+    latent_values = {n: v.reshape((num_samples,) + s) for n, v, s in _split(x, hs)}
+    flat = {**theta, **latent_values}
     flat = {n: flat[n] for n in _model.latent_sites(trace) if n in flat}
-    samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 5), 1,
+    samples, loglik, observed = _model.finish_samples(model, flat, args, kwargs, seed + 5, 1,
                                                       trace=trace)
     info["values"] = _constrain(trace, hs, mode.phi)
     if not (np.all(np.isfinite(lp)) and np.all(np.isfinite(log_q))):
@@ -153,6 +156,15 @@ def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0
         predictor=_predictor(model, args, kwargs, hs, flat, observed),
         model=model, model_args=args, model_kwargs=kwargs, seed=seed,
     )
+
+
+def _split(x, hs):
+    """``(site, columns of x, shape)`` for each latent site (flat draws ``(num, d)``)."""
+    start = 0
+    for name, shape in zip(hs.latent, hs.latent_shapes):
+        size = int(np.prod(shape))
+        yield name, x[:, start:start + size], shape
+        start += size
 
 
 def _constrain(trace, hs, phi) -> dict:

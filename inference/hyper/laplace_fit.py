@@ -5,29 +5,46 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _model, compiled
+from inference import compiled
 from inference.hyper import fit, laplace_evidence, sites
 
 
-def laplace_hyper(model, args, kwargs, hyper: str, *, num_samples: int, max_iter: int, tol: float,
-                  seed: int):
-    """The `Posterior` of ``inference.laplace`` with ``hyper`` (see `inference.hyper`)."""
-    trace = _model.trace_model(model, args, kwargs, seed)  # concrete: the priors' draws start the search
-    hs = sites.find(model, args, kwargs, trace)
+class Setup(NamedTuple):
+    """What a fit needs: the sites, the compiled programs and the data to pass them, the start."""
+
+    hs: sites.HyperSites
+    progs: fit.Programs
+    data: list
+    phi0: jax.Array
+    warm0: jax.Array
+    diagonal: bool
+
+
+def setup(model, args, kwargs, trace) -> Setup:
+    """The hyperparameter sites of ``model`` and Laplace's compiled programs, kept per model
+    structure; ``trace`` is the model's structure trace (names, distributions, shapes)."""
+    hs = compiled.memo("hyper-sites", model, args, kwargs, lambda: sites.find(model, args, kwargs, trace))
     dtype = jnp.result_type(float)
-    phi0 = sites.initial_phi(model, args, kwargs, hs, trace, dtype)
     newton_tol = 10 * float(np.finfo(dtype).eps)
 
-    def build_pattern(rebuild):
+    def build_init(rebuild):  # the start and the likelihood's curvature pattern, one small program
         lm = laplace_evidence.latent_model(model, hs, lambda d: rebuild(d))
-        return jax.jit(lambda data, phi: laplace_evidence.offdiagonal(lm, phi, data))
 
-    coupling = float(compiled.call("hyper-pattern", model, args, kwargs, (hs,), build_pattern, phi0))
-    diagonal = coupling <= 100 * float(np.finfo(dtype).eps)  # round-off only: each datum on one coordinate
+        def init(data):
+            a, kw = rebuild(data)
+            phi0 = sites.initial_phi(sites.run(model, a, kw, hs, jnp.zeros(sites.size(hs), dtype)), hs).astype(dtype)
+            return phi0, laplace_evidence.offdiagonal(lm, phi0, data)
+
+        return jax.jit(init)
+
+    phi0, coupling = compiled.call("hyper-init", model, args, kwargs, (hs,), build_init)
+    diagonal = float(coupling) <= 100 * float(np.finfo(dtype).eps)  # round-off only: each datum on one coordinate
 
     def build(rebuild):
         lm = laplace_evidence.latent_model(model, hs, lambda d: rebuild(d))
@@ -36,9 +53,16 @@ def laplace_hyper(model, args, kwargs, hyper: str, *, num_samples: int, max_iter
         return fit.programs(model, hs, lambda d: rebuild(d), evidence, draw, lm.unravel)
 
     progs, data = compiled.get("laplace-hyper", model, args, kwargs, (hs, diagonal, newton_tol), build)
-    lm = laplace_evidence.latent_model(model, hs, None)
-    warm0 = jnp.zeros(lm.dim, dtype)
-    return fit.run(model, args, kwargs, trace, hs, hyper, progs, data, warm0, phi0, lm.unravel,
+    dim = laplace_evidence.latent_model(model, hs, None).dim
+    return Setup(hs, progs, data, phi0, jnp.zeros(dim, dtype), diagonal)
+
+
+def laplace_hyper(model, args, kwargs, trace, hyper: str, *, num_samples: int, max_iter: int, tol: float,
+                  seed: int):
+    """The `Posterior` of ``inference.laplace`` with ``hyper`` (see `inference.hyper`); ``trace``
+    is the model's structure trace (abstract values: names, distributions, shapes)."""
+    st = setup(model, args, kwargs, trace)
+    return fit.run(model, args, kwargs, trace, st.hs, hyper, st.progs, st.data, st.warm0, st.phi0,
                    engine="laplace", num_samples=num_samples, seed=seed, tol=1e-2 * tol, max_iter=max_iter,
-                   diagnostics={"mode_finder": "latent-newton", "curvature": "diagonal" if diagonal else "dense",
-                                "dimension": lm.dim})
+                   diagnostics={"mode_finder": "latent-newton", "curvature": "diagonal" if st.diagonal else "dense",
+                                "dimension": int(st.warm0.shape[0])})

@@ -79,7 +79,21 @@ def find(model, args, kwargs, trace) -> HyperSites:
     from numpyro.infer.inspect import get_model_relations
 
     unobserved = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]]
-    try:
+    for name in unobserved:  # never a latent Gaussian, so a hyperparameter: checked first (cheap)
+        fn = trace[name]["fn"]
+        support = fn.support
+        while isinstance(support, constraints.independent):
+            support = support.base_constraint
+        if support.is_discrete:
+            raise ValueError(f"hyperparameter site {name!r} is discrete ({type(_unwrap(fn)).__name__}): hyper= "
+                             "needs continuous hyperparameters; use inference.mcmc")
+        if isinstance(_unwrap(fn), dist.ImproperUniform):
+            raise ValueError(f"hyperparameter site {name!r} has an improper prior (ImproperUniform): its posterior "
+                             "may be improper and hyper= needs a proper prior; give it one (e.g. dist.LogNormal)")
+    if len(unobserved) == 1 and is_gaussian(trace[unobserved[0]]["fn"]):
+        raise ValueError(f"hyper=: the model has no hyperparameter sites (its one latent site {unobserved[0]!r} is "
+                         "Gaussian); give a kernel parameter, noise or prior scale a prior, or use hyper=None")
+    try:  # an abstract run (jax.eval_shape): nothing is computed
         parents = get_model_relations(model, args, kwargs)["sample_sample"]
     except Exception as exc:  # noqa: BLE001 - NumPyro's provenance run failed: say so
         raise ValueError(f"hyper=: cannot read which sites depend on which ({type(exc).__name__}: {exc})") from exc
@@ -94,16 +108,6 @@ def find(model, args, kwargs, trace) -> HyperSites:
         raise ValueError(f"hyper=: the model has no hyperparameter sites (its latent sites {latent} are all "
                          "Gaussian); give a kernel parameter, noise or prior scale a prior, or use hyper=None")
     for name in hyper:
-        fn = trace[name]["fn"]
-        support = fn.support
-        while isinstance(support, constraints.independent):
-            support = support.base_constraint
-        if support.is_discrete:
-            raise ValueError(f"hyperparameter site {name!r} is discrete ({type(_unwrap(fn)).__name__}): hyper= "
-                             "needs continuous hyperparameters; use inference.mcmc")
-        if isinstance(_unwrap(fn), dist.ImproperUniform):
-            raise ValueError(f"hyperparameter site {name!r} has an improper prior (ImproperUniform): its posterior "
-                             "may be improper and hyper= needs a proper prior; give it one (e.g. dist.LogNormal)")
         if not children.get(name):
             raise ValueError(f"hyperparameter site {name!r}: neither the latent {latent} nor the likelihood "
                              "depends on it, so the evidence does not inform it; remove it or fix it")
@@ -173,13 +177,13 @@ def constrained(trace, hs: HyperSites) -> dict:
     return {n: trace[n]["value"] for n in hs.hyper}
 
 
-def initial_phi(model, args, kwargs, hs: HyperSites, trace, dtype):
+def initial_phi(trace, hs: HyperSites):
     """Where the search starts: each hyperparameter at the median of 15 draws from its prior
-    (as NumPyro's ``init_to_median``), mapped to unconstrained space."""
+    (as NumPyro's ``init_to_median``) in a trace made by `run` (a prior that depends on another
+    hyperparameter sees that one at ``phi = 0``), mapped to unconstrained space. Traceable."""
     parts = []
     for i, name in enumerate(hs.hyper):
         fn = trace[name]["fn"]
-        draws = fn.sample(jax.random.PRNGKey(i), (15,))
-        theta = jnp.median(draws, axis=0)
+        theta = jnp.median(fn.sample(jax.random.PRNGKey(i), (15,)), axis=0)
         parts.append(jnp.ravel(biject_to(fn.support).inv(theta)))
-    return jnp.concatenate(parts).astype(dtype)
+    return jnp.concatenate(parts)
