@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from inference.kalman.linalg import joseph, mm, solve, solve_psd, sym
+from inference.kalman.linalg import SMALL_BATCHED, joseph, mm, solve, solve_psd, sym
 from inference.kalman.sequential import condition, masked_observation, predict, smoother_gain
 
 
@@ -42,12 +42,13 @@ def _t(a):
 
 # ----------------------------------------------------------------------------- filter
 def _filter_element(F, Q, H, R, y, masked: bool):
-    """(A, b, C, eta, J) of a step t >= 1: x_{t-1} -> x_t conditioned on y_t alone."""
+    """(A, b, C, eta, J) of a step t >= 1: x_{t-1} -> x_t conditioned on y_t alone (vmapped over
+    the steps: batched solves, hence ``SMALL_BATCHED``)."""
     if masked:
         H, R, y, _ = masked_observation(H, R, y)
     HQ = H @ Q
     HF = H @ F
-    sol, _ = solve_psd(sym(HQ @ H.T + R), jnp.concatenate([HQ, HF, y[:, None]], axis=1))  # S^-1 [H Q, H F, y]
+    sol, _ = solve_psd(sym(HQ @ H.T + R), jnp.concatenate([HQ, HF, y[:, None]], axis=1), SMALL_BATCHED)
     n = Q.shape[-1]
     gain = sol[:, :n].T  # Q H' S^-1
     a = jnp.eye(n, dtype=Q.dtype) - gain @ H
@@ -63,7 +64,7 @@ def _filter_combine(earlier, later):
     n = a1.shape[-1]
     eye = jnp.eye(n, dtype=a1.dtype)
     u = mm(c1, jnp.concatenate([j2, eta2[..., None]], -1))  # [C1 J2, C1 eta2]
-    sol = solve(eye + u[..., :n], jnp.concatenate([jnp.broadcast_to(eye, a1.shape), a1], -1))
+    sol = solve(eye + u[..., :n], jnp.concatenate([jnp.broadcast_to(eye, a1.shape), a1], -1), SMALL_BATCHED)
     inv, inv_a1 = sol[..., :n], sol[..., n:]  # M^-1, M^-1 A1
     x = mm(a2, inv)  # A2 (I + C1 J2)^-1
     w = mm(x, jnp.concatenate([a1, (b1 + u[..., n])[..., None], c1], -1))
@@ -87,7 +88,7 @@ def filter_pass(params, obs, masked: bool):
     pred_means, pred_covs = jax.vmap(lambda m, p: predict(m, p, F, Q))(means[:-1], covs[:-1])
     pred_means = jnp.concatenate([init_mean[None], pred_means])
     pred_covs = jnp.concatenate([init_cov[None], pred_covs])
-    lls = jax.vmap(lambda m, p, y: condition(m, p, H, R, y, masked)[2])(pred_means, pred_covs, obs)
+    lls = jax.vmap(lambda m, p, y: condition(m, p, H, R, y, masked, SMALL_BATCHED)[2])(pred_means, pred_covs, obs)
     return lls, means, covs
 
 
@@ -99,7 +100,7 @@ def smoother_elements(params, filtered_means, filtered_covs):
     eye = jnp.eye(F.shape[-1], dtype=F.dtype)
 
     def one(m, p):
-        gain, pred = smoother_gain(p, F, Q)
+        gain, pred = smoother_gain(p, F, Q, SMALL_BATCHED)
         if joseph(F.dtype):
             a = eye - gain @ F
             cov = sym(a @ p @ a.T + gain @ Q @ gain.T)

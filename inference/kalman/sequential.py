@@ -36,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inference.kalman.linalg import add_jitter, joseph, solve_psd, sym  # noqa: F401 - sym re-exported
+from inference.kalman.linalg import SMALL_SOLVE, add_jitter, joseph, solve_psd, sym  # noqa: F401 - sym re-exported
 
-UNROLL = 1  # lax.scan unroll factor (see benchmarks/kalman_vs_dynamax.py)
+UNROLL = 1  # lax.scan unroll factor
 LOG_2PI = float(np.log(2.0 * np.pi))
 
 
@@ -51,16 +51,17 @@ def masked_observation(H, R, y):
             jnp.sum(~seen).astype(R.dtype))
 
 
-def condition(mean, cov, H, R, y, masked: bool):
+def condition(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
     """Condition N(mean, cov) on one observation y = H x + N(0, R).
 
-    Returns (filtered mean, filtered covariance (Joseph form), log p(y))."""
+    Returns (filtered mean, filtered covariance (Joseph form in float32), log p(y)). ``small``:
+    the size up to which the solve is Gauss-Jordan (:func:`inference.kalman.linalg.solve_psd`)."""
     missing = 0.0
     if masked:
         H, R, y, missing = masked_observation(H, R, y)
     HP = H @ cov
     resid = y - H @ mean
-    sol, logdet = solve_psd(sym(HP @ H.T + R), jnp.concatenate([HP, resid[:, None]], axis=1))  # S^-1 [H P, r]
+    sol, logdet = solve_psd(sym(HP @ H.T + R), jnp.concatenate([HP, resid[:, None]], axis=1), small)  # S^-1 [HP, r]
     gain = sol[:, :-1].T  # P H' S^-1
     if joseph(cov.dtype):
         a = jnp.eye(cov.shape[-1], dtype=cov.dtype) - gain @ H
@@ -76,12 +77,12 @@ def predict(mean, cov, F, Q):
     return F @ mean, sym(F @ cov @ F.T + Q)
 
 
-def smoother_gain(filtered_cov, F, Q):
+def smoother_gain(filtered_cov, F, Q, small: int = SMALL_SOLVE):
     """(RTS gain G = P_f F' P_p^-1, predicted covariance P_p = F P_f F' + Q). P_p is positive
     definite (up to the jitter when it is singular): a Cholesky solve above the small sizes."""
     fp = F @ filtered_cov
     pred = sym(fp @ F.T + Q)
-    return solve_psd(add_jitter(pred), fp)[0].T, pred
+    return solve_psd(add_jitter(pred), fp, small)[0].T, pred
 
 
 def smooth_step(filtered_mean, filtered_cov, next_mean, next_cov, F, Q):
