@@ -158,7 +158,18 @@ def init_to_prior_mean(site=None):
     positive site, the centre of a simplex or an interval). Deterministic, and it draws nothing:
     NumPyro's ``init_to_median(num_samples=15)`` draws 15 prior samples per site, and for a Gamma,
     Beta, Dirichlet or inverse-Wishart prior the compiled rejection sampler cost more than the fit
-    (a Laplace fit of ``linear_regression`` compiled ~6 s of Gamma sampler of its ~17 s)."""
+    (a Laplace fit of ``linear_regression`` compiled ~6 s of Gamma sampler of its ~17 s).
+
+    Example (the prior means: 1.5 for Normal(1.5, 1), 2 for Gamma(4, 2)):
+        >>> import numpyro, numpyro.distributions as dist
+        >>> from inference.latent import init_to_prior_mean
+        >>> def m():
+        ...     numpyro.sample("a", dist.Normal(1.5, 1.0)); numpyro.sample("b", dist.Gamma(4.0, 2.0))
+        >>> tr = numpyro.handlers.trace(numpyro.handlers.substitute(numpyro.handlers.seed(m, 0),
+        ...     substitute_fn=init_to_prior_mean)).get_trace()
+        >>> float(tr["a"]["value"]), float(tr["b"]["value"])
+        (1.5, 2.0)
+    """
     if site is None:
         return init_to_prior_mean
     if site["type"] != "sample" or site["is_observed"] or site["fn"].support.is_discrete:
