@@ -185,13 +185,17 @@ class Posterior:
 
         Returns the ``posterior_predictive`` group as a DataTree and adds it to :meth:`to_arviz`.
         """
+        from inference import compiled
+
         key = jax.random.PRNGKey(self.seed + 1 if seed is None else seed)
         if self.predictor is not None:
-            draws = self.predictor(key, *args, **kwargs)
+            with compiled.scope():  # full-precision matrix products, as in the fit
+                draws = self.predictor(key, *args, **kwargs)
         elif self.model is not None:
             from inference._model import predictive_draws
 
-            draws = predictive_draws(self, key, *args, **kwargs)
+            with compiled.scope():
+                draws = predictive_draws(self, key, *args, **kwargs)
         else:
             raise RuntimeError(
                 "predict needs the model: this Posterior was loaded from disk; pass model= to "

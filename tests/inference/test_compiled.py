@@ -364,3 +364,30 @@ def test_the_mixture_start_code_enters_the_key(monkeypatch):
     monkeypatch.setattr(mixtures, "start", lambda *a: {k: v + 1.0 for k, v in original(*a).items()})
     after = compiled.fingerprint(probmodels.gaussian_mixture, (X,), {"num_components": 2})
     assert before is not None and after is not None and after != before
+
+
+def test_engines_trace_with_full_precision_matrix_products():
+    """Every engine call (and ``predict``) traces the model with ``jax.default_matmul_precision``
+    at "float32": JAX's default lets float32 products run in TensorFloat32 on recent NVIDIA GPUs
+    (7 float32 cells of the defaults matrix failed on an H200 that pass on CPU). The setting is
+    scoped to the call: the user's configuration is the same afterwards."""
+    seen = []
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = X @ np.array([1.0, -1.0]) + 0.3 * np.random.default_rng(1).normal(size=20)
+
+    def model(X, y=None):
+        seen.append(jax.config.jax_default_matmul_precision)
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        numpyro.sample("y", dist.Normal(jnp.asarray(X) @ w, 0.3), obs=y)
+
+    before = jax.config.jax_default_matmul_precision
+    fits = {"laplace": dict(num_samples=20), "vi": dict(steps=50, num_samples=20),
+            "mcmc": dict(num_warmup=20, num_samples=20, num_chains=1)}
+    for engine, options in fits.items():
+        seen.clear()
+        post = getattr(inference, engine)(model, X, y, seed=0, **options)
+        assert seen and set(seen) == {compiled.MATMUL_PRECISION}, (engine, seen)
+    seen.clear()
+    post.predict(X[:3])
+    assert seen and set(seen) == {compiled.MATMUL_PRECISION}
+    assert jax.config.jax_default_matmul_precision == before
