@@ -193,10 +193,16 @@ def main():
     steps = [int(float(s)) for s in args.steps.split(",") if s]
     dims = [int(d) for d in args.dims.split(",") if d]
     import dynamax
-    import pykalman
 
-    print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, jax {jax.__version__}, "
-          f"dynamax {dynamax.__version__}, pykalman {pykalman.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
+    pyk = "not run"
+    if args.pykalman_max > 0:
+        import pykalman
+
+        pyk = pykalman.__version__
+    device = jax.devices()[0]
+    print(f"{platform.machine()}, {os.cpu_count()} cores, {device.platform} ({device.device_kind}), Python "
+          f"{platform.python_version()}, jax {jax.__version__}, dynamax {dynamax.__version__}, pykalman {pyk}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}")
     print(HEADER)
     run(steps, dims, args.max_work, args.max_parallel_work, args.pykalman_max)
 
