@@ -1,0 +1,34 @@
+#!/bin/bash
+# Checks run on a lent GPU machine (the workplace's `device` tool; nothing can be downloaded there,
+# so missing packages travel as wheels in the ignored folder .whl/, named in the call's `carry`).
+# Its image has jax (with CUDA), numpyro, scipy, xarray, h5py, pytest and pytest-xdist, but not
+# arviz 1.x, h5netcdf or dynamax. Make the wheels here first, from the repository root:
+#
+#   echo /.whl/ >> .git/info/exclude; mkdir -p .whl
+#   for p in arviz==1.3.0 arviz-base==1.3.1 arviz-plots==1.3.2 arviz-stats==1.3.3 xarray-einstats==0.11.0 \
+#            h5netcdf==1.8.2 numpyro==0.22.0 dynamax==1.0.3 tfp-nightly gast decorator dm-tree; do
+#     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $p; done
+#
+# then run `bash benchmarks/device/gpu_checks.sh` there with carry [".whl"]. dynamax imports
+# fastprogress (which needs fasthtml); a stand-in is written below: the smoothers never call it.
+# 2026-11-26 on an H200 the Kalman part took ~3 min and the matrix did not finish in 4 (the NUTS
+# cells compile slowly on the GPU): the results of that day are in benchmarks/RESULTS.md and the
+# closing note of session 30: 7 float32 cells failed there (every spike-and-slab engine, logistic
+# EP), their messages lost to the time limit. To rerun just those, so that pytest ends by itself
+# and prints its summary: MATRIX_FILTER="float32 and not seeds12 and (spike or logistic_regression-ep)".
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+mkdir -p /tmp/stub/fastprogress
+printf 'def progress_bar(iterable, *args, **kwargs):\n    return iterable\n' > /tmp/stub/fastprogress/__init__.py
+cp /tmp/stub/fastprogress/__init__.py /tmp/stub/fastprogress/fastprogress.py
+export PYTHONPATH=/tmp/site:/tmp/stub:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false INFERENCE_COMPILATION_CACHE=0
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+# 1. Kalman smoother, ours vs dynamax, sequential and parallel (float64)
+timeout 190 python3 -W ignore::SyntaxWarning benchmarks/kalman_vs_dynamax.py --steps 1000,100000 --dims 2,10 \
+  --pykalman-max 0 --max-parallel-work 1e7 2>&1 | tee $OUT/kalman_gpu.txt
+# 2. The defaults matrix (float64 cells first, as tests/conftest.py sorts them); SIGINT at the limit so
+#    that the per-test lines already printed come back ($OUT/matrix_gpu.txt).
+timeout -s INT -k 30 240 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 15 -v -rfE --tb=short \
+  -k "${MATRIX_FILTER:-not seeds12}" tests/inference/test_defaults_matrix.py > $OUT/matrix_gpu.txt 2>&1
+grep -E "PASSED|FAILED|ERROR|XFAIL|passed|failed" $OUT/matrix_gpu.txt | sed 's/.*test_defaults_matrix.py:://' | tail -70
