@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln, logsumexp
 
+from inference import compiled
+
 MAX_FEATURES = 16
 
 
@@ -43,6 +45,7 @@ class ExactResult(NamedTuple):
     precision_mean: jax.Array  # E[tau | y] (1.0 with fixed noise)
 
 
+@compiled.scoped  # full-precision matrix products (a GPU's default is TF32 for float32)
 def enumerate_models(X, y, *, p_incl, slab_var, noise_prior=None, log_scale_adjust=0.0) -> ExactResult:
     """Exact model probabilities for unit-noise data (see module docstring)."""
     X, y = np.asarray(X, float), np.asarray(y, float)
@@ -86,6 +89,7 @@ def _enumerate(X, y, models, p, s2, a, b, log_scale_adjust, gamma):
     return ExactResult(log_ev, wts @ models, wts @ means, models.astype(jnp.int32), post, wts @ prec_mean)
 
 
+@compiled.scoped  # full-precision matrix products (a GPU's default is TF32 for float32)
 def exact_posterior(model, *args, **kwargs) -> ExactResult:
     """Enumerate a conjugate spike-and-slab regression model directly (a testing reference).
 
@@ -111,6 +115,7 @@ class ExactProbit(NamedTuple):
     model_log_prob: np.ndarray  # (2^d,)
 
 
+@compiled.scoped  # full-precision matrix products (a GPU's default is TF32 for float32)
 def enumerate_probit(X, y, *, p_incl, slab_var, offset=None, num_nodes=40) -> ExactProbit:
     """Reference posterior of spike-and-slab probit for tiny d (<= 4): every inclusion pattern, with
     the weights integrated by a tensor Gauss-Hermite rule (``num_nodes`` per included weight).

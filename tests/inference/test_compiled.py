@@ -391,3 +391,77 @@ def test_engines_trace_with_full_precision_matrix_products():
     post.predict(X[:3])
     assert seen and set(seen) == {compiled.MATMUL_PRECISION}
     assert jax.config.jax_default_matmul_precision == before
+
+
+def _tf32(x):
+    """``x`` rounded to TensorFloat32 (a 10-bit mantissa) when float32: what a recent NVIDIA GPU's
+    tensor cores do to the operands of a float32 product at JAX's default precision."""
+    if x.dtype != jnp.float32:
+        return x
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    bits = (bits + jnp.uint32(0x1000)) & jnp.uint32(0xFFFFE000)
+    return jax.lax.bitcast_convert_type(bits, jnp.float32)
+
+
+@pytest.fixture
+def tf32_products(monkeypatch):
+    """``lax.dot_general`` as on such a GPU (CPU emulation): float32 operands rounded to TF32 unless
+    the product asks for full precision (``precision=HIGHEST`` or ``jax.default_matmul_precision``
+    "float32" / "highest"). Kept programs are dropped before and after: they were traced without it."""
+    from jax._src.lax import lax as lax_internal
+
+    real = lax_internal.dot_general
+
+    def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kw):
+        full = str(jax.config.jax_default_matmul_precision) in ("float32", "highest")
+        full = full or (precision is not None and "HIGHEST" in str(precision).upper())
+        if not full:
+            lhs, rhs = _tf32(jnp.asarray(lhs)), _tf32(jnp.asarray(rhs))
+        return real(lhs, rhs, dimension_numbers, precision=precision, preferred_element_type=preferred_element_type, **kw)
+
+    compiled.clear()
+    jax.clear_caches()
+    monkeypatch.setattr(lax_internal, "dot_general", dot_general)
+    monkeypatch.setattr(jax.lax, "dot_general", dot_general)
+    yield
+    monkeypatch.undo()
+    compiled.clear()
+    jax.clear_caches()
+
+
+def test_float32_fits_are_right_when_default_products_are_tf32(tf32_products):
+    """The GPU finding of 2026-11-26, emulated on CPU: with TF32 default products, 7 float32 cells
+    of the defaults matrix failed on an H200 (every spike-and-slab engine, logistic EP). With this
+    emulation and the engines' precision scope switched off (``MATMUL_PRECISION = None``) the same
+    7 cells raise here as well: spike-and-slab's structure check ("its mean is not affine in site
+    'w'", in the exact reference too) and EP's recognition of logistic regression ("not an
+    elementwise function of one affine projection"). With the scope they pass (measured errors:
+    EP spike-and-slab inclusion 0.006, logistic EP mean 0.05 sd). Here: both fits in float32,
+    against float64 references computed without the emulation's rounding (full precision)."""
+    import probmodels
+    from inference.spikeslab.exact import enumerate_models
+
+    a = jnp.full((3, 3), 1.0001, jnp.float32)
+    assert float((a @ a)[0, 0]) == 3.0  # the emulation rounds a default product ...
+    with jax.default_matmul_precision("float32"):
+        assert float((a @ a)[0, 0]) > 3.0005  # ... and not a full-precision one
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    w_true = np.array([1.5, 0.0, -1.0, 0.0])
+    y = X @ w_true + 0.5 * rng.normal(size=60)
+    ref = enumerate_models(X / 0.5, y / 0.5, p_incl=np.full(4, 0.5), slab_var=np.ones(4))  # float64
+    with jax.enable_x64(False):
+        post = inference.ep(probmodels.spike_and_slab_regression, X, y, noise_scale=0.5, p_incl=0.5, slab_scale=1.0,
+                            num_samples=200, seed=0)
+    inclusion = np.asarray(post.samples["z"], dtype=float).reshape(-1, 4).mean(0)
+    assert post.samples["w"].dtype == np.float32
+    assert np.max(np.abs(inclusion - np.asarray(ref.inclusion))) < 0.1  # EP vs exact, 200 draws
+
+    Xl = rng.normal(size=(100, 2))
+    yl = (rng.random(100) < 1 / (1 + np.exp(-Xl @ np.array([1.0, -2.0])))).astype(int)
+    ep64 = inference.ep(probmodels.logistic_regression, Xl, yl, num_samples=2000, seed=0)  # float64: not rounded
+    with jax.enable_x64(False):
+        ep32 = inference.ep(probmodels.logistic_regression, Xl, yl, num_samples=2000, seed=0)
+    sd = ep64.samples["w"].reshape(-1, 2).std(0)
+    assert ep32.diagnostics["converged"]
+    assert np.all(np.abs(ep32.mean("w") - ep64.mean("w")) < 0.15 * sd)  # same EP, same draws' seed
