@@ -187,20 +187,19 @@ class Posterior:
         """
         from inference import compiled
 
-        key = jax.random.PRNGKey(self.seed + 1 if seed is None else seed)
-        if self.predictor is not None:
-            with compiled.scope():  # full-precision matrix products, as in the fit
-                draws = self.predictor(key, *args, **kwargs)
-        elif self.model is not None:
-            from inference._model import predictive_draws
-
-            with compiled.scope():
-                draws = predictive_draws(self, key, *args, **kwargs)
-        else:
+        if self.predictor is None and self.model is None:
             raise RuntimeError(
                 "predict needs the model: this Posterior was loaded from disk; pass model= to "
                 "inference.load(path, model=...) to predict"
             )
+        key = jax.random.PRNGKey(self.seed + 1 if seed is None else seed)
+        with compiled.scope():  # full-precision matrix products, as in the fit
+            if self.predictor is not None:
+                draws = self.predictor(key, *args, **kwargs)
+            else:
+                from inference._model import predictive_draws
+
+                draws = predictive_draws(self, key, *args, **kwargs)
         self.predictions.clear()
         self.predictions.update({k: np.asarray(v) for k, v in draws.items()})
         return self.to_arviz()["posterior_predictive"]
