@@ -24,10 +24,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
 
@@ -174,27 +178,27 @@ def label_switching(samples: dict, lp=None) -> dict:
 # ----------------------------------------------------------------------------- predictive density
 def mixture_log_density(X, weights, locs, cov=None, scales=None) -> np.ndarray:
     """log sum_k w_k N(x | locs_k, cov_k) at rows of X (m, d) for each draw: (..., m)."""
-    import jax
-    import jax.numpy as jnp
-    import numpyro.distributions as dist
-
-    X = jnp.asarray(X)
-    tiny = np.finfo(np.float64).tiny
-
-    def one(w, mu, spread):
-        if cov is not None:
-            comp = dist.MultivariateNormal(mu, scale_tril=jnp.linalg.cholesky(spread)).log_prob(X[:, None])
-        else:
-            comp = jnp.sum(dist.Normal(mu, spread).log_prob(X[:, None]), -1)
-        return jax.scipy.special.logsumexp(jnp.log(jnp.clip(w, tiny, 1.0)) + comp, axis=-1)
-
     spread = cov if cov is not None else scales
     lead = np.shape(weights)[:-1]
     w = jnp.reshape(jnp.asarray(weights), (-1,) + np.shape(weights)[-1:])
     mu = jnp.reshape(jnp.asarray(locs), (-1,) + np.shape(locs)[-2:])
     sp = jnp.reshape(jnp.asarray(spread), (-1,) + np.shape(spread)[len(lead):])
-    out = jax.jit(jax.vmap(one))(w, mu, sp)
-    return np.asarray(out).reshape(lead + (X.shape[0],))
+    out = _mixture_log_density(jnp.asarray(X), w, mu, sp, full=cov is not None)
+    return np.asarray(out).reshape(lead + (np.shape(X)[0],))
+
+
+@functools.partial(jax.jit, static_argnames=("full",))
+def _mixture_log_density(X, w, mu, spread, full):
+    """`mixture_log_density` over a flat batch of draws, jitted once per shapes (a closure over
+    ``X`` was compiled again on every call)."""
+    def one(w, mu, spread):
+        if full:
+            comp = dist.MultivariateNormal(mu, scale_tril=jnp.linalg.cholesky(spread)).log_prob(X[:, None])
+        else:
+            comp = jnp.sum(dist.Normal(mu, spread).log_prob(X[:, None]), -1)
+        return jax.scipy.special.logsumexp(jnp.log(jnp.clip(w, np.finfo(np.float64).tiny, 1.0)) + comp, axis=-1)
+
+    return jax.vmap(one)(w, mu, spread)
 
 
 def predictive_log_density(post, X_new) -> np.ndarray:

@@ -22,7 +22,7 @@ from numpyro.infer import Predictive
 import jax
 import jax.numpy as jnp
 
-from inference import linalg
+from inference import compiled, linalg
 from inference._model import to_chains
 from inference.conditional import extend_draws
 from inference.trace_reading import abstract_trace, latent_blocks
@@ -51,10 +51,15 @@ def make_predictor(model, train_args, train_kwargs, rec, u_draws, observed_names
             latents.update(extend_draws(model, train_args, train_kwargs, rec.blocks, rec.m0, rec.S0, u_draws,
                                         changed, new_blocks, args, kwargs, jax.random.fold_in(rng_key, 7)))
         sites = list(observed_names) + [b.name for b in changed]
-        def forward(key, samples):  # one compiled program instead of one per operation
-            return Predictive(model, posterior_samples=samples, return_sites=sites, batch_ndims=1)(key, *args, **kwargs)
+        def build(rebuild):  # one program per model structure (`inference.compiled`): a closure
+            def forward(arrays, key, samples):  # over the inputs was compiled on every call
+                a, kw = rebuild(arrays)
+                return Predictive(model, posterior_samples=samples, return_sites=sites, batch_ndims=1)(key, *a, **kw)
 
-        out = dict(jax.jit(forward)(rng_key, {k: jnp.asarray(v) for k, v in latents.items()}))
+            return jax.jit(forward)
+
+        out = dict(compiled.call("ep-predict", model, args, kwargs, tuple(sites), build, rng_key,
+                                 {k: jnp.asarray(v) for k, v in latents.items()}))
         out.update({b.name: latents[b.name] for b in changed})
         return to_chains({k: np.asarray(v) for k, v in out.items()}, num_chains)
 
