@@ -29,8 +29,10 @@ from inference.ep.predict import make_predictor, robust_cholesky
 from inference.ep.recognise import recognise
 from inference.ep.state import EPState
 from inference.ep.update import init, run_arguments, sweeps
+from inference.hyper import sites as hyper_sites
 from inference.posterior import Posterior
 from inference.progress import Bar, next_chunk
+from inference.trace_reading import GAUSSIAN_PRIORS, latent_sites, unwrap
 
 SCHEDULES = ("parallel", "sequential")
 
@@ -48,8 +50,8 @@ _to_latent = exported.flat(to_latent, "ep-to-latent", (), _PAIR)
 @compiled.scoped
 def ep(model, *args, schedule: str = "parallel", damping: float | None = None, tol: float = 1e-6,
        max_iter: int = 200, num_samples: int = 1000, seed: int = 0, progress: bool | None = None,
-       covariance: str | None = None, active_set_size: int | None = None, model_kwargs: dict | None = None,
-       **model_kw) -> Posterior:
+       covariance: str | None = None, active_set_size: int | None = None, hyper: str | None = None,
+       model_kwargs: dict | None = None, **model_kw) -> Posterior:
     """Expectation propagation for a NumPyro program with a Gaussian latent vector.
 
     The model's latent sites must be Gaussian (``Normal`` / ``MultivariateNormal``, jointly
@@ -88,6 +90,20 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             evidence (`inference.ep.sparse_bm`; O(n d^2) per pass instead of O(n^3)). Its
             ``log_evidence`` is None (the evidence of the active labels is in
             ``diagnostics["active_log_evidence"]``).
+        hyper: ``None`` (default: every latent site must be Gaussian; a model with
+            hyperparameter sites, e.g. ``RBF(lengthscale=dist.LogNormal(0.0, 1.0))``, is refused
+            with an error naming them), ``"map"`` (the hyperparameters at the mode of
+            ``log Z_EP + log p``, by BFGS on the gradient of EP's converged log evidence with the
+            sites held fixed, warm-started between steps; ``evidence_method="ep-map"``) or
+            ``"integrate"`` (an INLA-style mixture over a design of hyperparameter values,
+            ``"ep-integrated"``); see `inference.hyper` and `inference.hyper.ep_fit`. Only
+            hyperparameters of the latent Gaussian's prior (kernel parameters, a weight prior's
+            scale): one the likelihood depends on (a Gaussian likelihood's noise) is refused,
+            ``inference.laplace(..., hyper=...)`` handles it. With ``hyper``, ``tol / 100`` bounds
+            the predicted gain left at the mode and ``tol * 1e-4`` (floored at the working
+            precision) is the sweeps' tolerance; ``max_iter`` caps both the BFGS iterations and
+            each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress
+            bar is shown; the Bayes machine and spike-and-slab EPs do not take it.
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
@@ -104,6 +120,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         >>> post.diagnostics["converged"], post.evidence_method, post.samples["w"].shape
         (True, 'ep', (1, 200, 2))
     """
+    hyper_sites.check_option(hyper)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if damping is not None:
@@ -125,6 +142,14 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         options["active_set_size"] = active_set_size
     if covariance is not None and not _special.has_spike_and_slab(trace):
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
+    if hyper is not None:
+        if hook is not None:
+            raise ValueError(f"hyper={hyper!r}: the Bayes machine's and spike-and-slab EPs do not learn "
+                             "hyperparameters; use inference.laplace(..., hyper=...) or inference.mcmc")
+        from inference.hyper.ep_fit import ep_hyper
+
+        return ep_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,
+                        num_samples=num_samples, max_iter=max_iter, tol=tol, seed=seed)
     if hook is not None:
         # the float32 floor of tol, as for the generic EP below: a float32 fit otherwise reported
         # converged=False at tol 1e-6 (Bayes machine: site change 2.7e-6 after 200 sweeps)
@@ -136,6 +161,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         post = hook(model, args, kwargs, trace, **options)
         post.diagnostics.update(_kernel_jitter(trace))
         return post
+    _refuse_hyperparameters(trace)
     rec = recognise(model, args, kwargs, trace, seed=seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
@@ -202,6 +228,23 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z)
+
+
+def _refuse_hyperparameters(trace) -> None:
+    """``hyper=None`` with continuous non-Gaussian latent sites (a kernel parameter, a prior scale
+    given as a distribution): a ValueError naming them and the options. Discrete or Gaussian
+    sites are left to `recognise` (its own errors)."""
+    found = []
+    for name in latent_sites(trace):
+        fn = trace[name]["fn"]
+        if not (getattr(fn.support, "is_discrete", False) or isinstance(unwrap(fn), GAUSSIAN_PRIORS)):
+            found.append(name)
+    if found:
+        priors = ", ".join(f"{n!r} has a {type(unwrap(trace[n]['fn'])).__name__} prior" for n in found)
+        raise ValueError(
+            f"the model has hyperparameter sites {found} ({priors}; EP needs Gaussian latent sites): pass "
+            "hyper='map' (their mode by EP's evidence) or hyper='integrate' (integrated over), or give them "
+            "fixed values as model arguments")
 
 
 def _kernel_jitter(trace) -> dict:

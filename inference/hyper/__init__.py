@@ -5,7 +5,8 @@ or variance given as a distribution (``RBF(lengthscale=dist.LogNormal(0.0, 1.0))
 `probmodels.kernels`), GP regression's ``noise=dist.HalfNormal(1.0)``, or any site a user's model
 draws with ``numpyro.sample`` and feeds into the prior of its latent Gaussian or into its
 likelihood. `sites.find` tells them apart from the latent Gaussian (the Normal / multivariate
-normal sites nothing else depends on). ``inference.laplace(model, ..., hyper=...)`` then takes
+normal sites nothing else depends on). ``inference.laplace(model, ..., hyper=...)`` and
+``inference.ep(model, ..., hyper=...)`` then take
 
 - ``hyper=None`` (default): today's behaviour, nothing special: Laplace is one joint Gaussian
   over every continuous site in unconstrained space (hyperparameters included, e.g. linear
@@ -51,6 +52,13 @@ arguments, rebuilt by `inference.compiled`):
 plus the starting ``warm0``. `fit.programs(model, hs, model_inputs, evidence, draw, unravel, num)`
 jits them; `fit.run(...)` returns the `Posterior` (``engine="ep"``, ``evidence_method``
 ``"ep-map"`` / ``"ep-integrated"``). See `laplace_fit.laplace_hyper` for the whole wiring.
+
+EP is wired (`ep_fit.ep_hyper`, ``inference.ep(..., hyper=...)``) for hyperparameters of the
+latent Gaussian's prior only (kernel parameters, a weight prior's scale): EP's recognition of the
+likelihood is concrete, so it is done once and checked unchanged at a second hyperparameter value;
+a likelihood that depends on a hyperparameter (a Gaussian likelihood's noise) is refused with a
+ValueError naming the site, and Laplace's ``hyper=`` handles it. With ``hyper=None`` EP refuses a
+model with hyperparameter sites, naming them and the options.
 
 Example:
     >>> import numpy as np, numpyro.distributions as dist, inference

@@ -1,0 +1,288 @@
+"""``inference.ep(..., hyper="map" | "integrate")``: EP's evidence of the latent Gaussian plugged
+into the engine-agnostic search and integration (`inference.hyper.fit`).
+
+Scope: hyperparameters of the latent Gaussian's *prior* (a kernel's lengthscale or variance, a
+weight prior's scale). EP's recognition (`inference.ep.recognise`: the projections ``A``, ``b``,
+the site kinds and their data) is concrete, so it runs once, on the model with the
+hyperparameters fixed at the search's start; it runs again at a second point, and a likelihood
+that changed between the two (a Gaussian likelihood's noise given as a prior) is refused with a
+ValueError naming the site (`inference.laplace(..., hyper=...)` handles those). The prior
+``(m0(phi), S0(phi))`` is read inside the compiled programs from a trace of the model with
+``phi`` substituted (`sites.run`), and the EP problem built from it: ``K = A S0 A'`` (function
+space) or ``P = A chol(S0)`` (weight space), offset ``b + A m0``.
+
+``evidence``: EP's parallel (or sequential) sweeps from the warm sites on ``stop_gradient(phi)``
+(undamped for at most 50 sweeps, then damping 0.5 from the warm start again if that did not
+converge, as the plain driver does; a given ``damping`` is used throughout), then EP's log
+evidence at ``phi`` with the converged sites held fixed and the marginals recomputed from them:
+its gradient in ``phi`` is GPML's (log Z_EP is stationary in the sites at a fixed point).
+``draw``: the EP Gaussian of the latent at ``phi`` (`inference.ep.gaussian.to_latent`), sampled
+through a Cholesky factor with the smallest jitter that works.
+
+Programs are kept per model structure with the data as arguments (`inference.compiled`); the
+recognised arrays travel with the data, so a refit on new data of the same shapes compiles
+nothing and never sees stale projections.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from numpyro import handlers
+
+from inference import _model, _options, compiled
+from inference.ep.evidence import log_evidence
+from inference.ep.gaussian import LatentMap, site_moments, to_latent
+from inference.ep.problem import EPProblem
+from inference.ep.recognise import recognise
+from inference.ep.state import EPState
+from inference.ep.update import _run
+from inference.hyper import fit, laplace_evidence, sites
+from inference.trace_reading import gaussian_prior
+
+UNDAMPED_SWEEPS = 50  # default damping: undamped sweeps before the damped (0.5) restart
+SWEEP_TOL_FACTOR = 1e-4  # EP's sites run to tol * this (floored at the working precision)
+PROBE_SHIFT = 0.5  # the second recognition's phi: the start plus this in every coordinate
+ADVICE = "use inference.laplace(..., hyper=...) for hyperparameters of the likelihood"
+
+
+class Setup(NamedTuple):
+    """What a fit needs: the sites, the compiled programs and the data to pass them, the start."""
+
+    hs: sites.HyperSites
+    progs: fit.Programs
+    data: tuple  # (the model's arrays, the recognised EP arrays and sweep settings)
+    phi0: jax.Array
+    warm0: tuple  # (tau, nu) site natural parameters
+    space: str
+    site_kinds: dict
+    sweep_tol: float
+
+
+# ----------------------------------------------------------------------------- recognition
+THETA = "_ep_hyper_theta"  # the keyword that carries the fixed hyperparameters into `_fixed`'s model
+
+
+@functools.lru_cache(maxsize=32)
+def _fixed(model):
+    """``model`` with its hyperparameters observed at the values passed as keyword `THETA`: one
+    function per model, the values as data, so both recognitions (and a refit) share compiled
+    programs (`inference.compiled` keys on the model and traces its array arguments)."""
+
+    def fixed(*args, **kwargs):
+        theta = kwargs.pop(THETA)
+        return handlers.condition(model, data=theta)(*args, **kwargs)
+
+    return fixed
+
+
+def _recognise_at(model, args, kwargs, hs, theta, seed):
+    """EP's recognition of ``model`` with the hyperparameters fixed (observed) at ``theta``; the
+    conditioned sites are left out of the trace it reads, so they are neither latents nor sites."""
+    fixed, kwargs = _fixed(model), {**kwargs, THETA: {n: np.asarray(v) for n, v in theta.items()}}
+    trace = _model.trace_model(fixed, args, kwargs, seed=seed)
+    trace = type(trace)((n, s) for n, s in trace.items() if n not in hs.hyper)
+    rec = recognise(fixed, args, kwargs, trace, seed=seed)
+    names = tuple(b.name for b in rec.blocks)
+    if names != tuple(hs.latent):
+        raise ValueError(f"hyper=: EP's latent sites {list(names)} are not the latent Gaussian {list(hs.latent)} "
+                         "of the hyperparameter search")
+    return rec
+
+
+def _site_rows(rec):
+    """``(observed site, row slice, group)`` of each non-constant observed site (recognition order)."""
+    names = [n for n, k in rec.site_kinds.items() if k != "constant"]
+    out, start = [], 0
+    for name, group in zip(names, rec.problem.groups):
+        out.append((name, slice(start, start + group.size), group))
+        start += group.size
+    return out
+
+
+def _check_likelihood_fixed(hs, rec0, rec1, double: bool):
+    """The likelihood part of the recognition (kinds, projections, site data, constants) must be
+    the same at two hyperparameter values: EP's hyper= learns the prior's hyperparameters only."""
+    rtol = 1e-6 if double else 1e-2
+
+    def same(a, b):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        return a.shape == b.shape and np.allclose(a, b, rtol=rtol, atol=rtol * (1.0 + np.max(np.abs(a), initial=0.0)))
+
+    def refuse(names, why):
+        raise ValueError(
+            f"hyper=: the likelihood of observed site(s) {names} depends on the hyperparameters {list(hs.hyper)} "
+            f"({why}); EP's hyper= supports hyperparameters of the latent Gaussian prior only; {ADVICE}")
+
+    if rec0.site_kinds != rec1.site_kinds:
+        changed = [n for n in rec0.site_kinds if rec0.site_kinds[n] != rec1.site_kinds.get(n)]
+        refuse(changed, "its EP site kind changes")
+    for (name, rows, g0), (_, _, g1) in zip(_site_rows(rec0), _site_rows(rec1)):
+        leaves0, leaves1 = jax.tree_util.tree_leaves(g0.data), jax.tree_util.tree_leaves(g1.data)
+        if not (same(rec0.A[rows], rec1.A[rows]) and same(rec0.b[rows], rec1.b[rows])
+                and len(leaves0) == len(leaves1) and all(same(a, b) for a, b in zip(leaves0, leaves1))):
+            refuse([name], "its projection or site constants change")
+    if not same(rec0.const_log_lik, rec1.const_log_lik):
+        refuse([n for n, k in rec0.site_kinds.items() if k == "constant"], "its constant log likelihood changes")
+
+
+# ----------------------------------------------------------------------------- traced problem
+def _problem(model, hs, model_inputs, space, phi, data):
+    """``(EPProblem, LatentMap)`` at ``phi``: the prior read from a trace with ``phi``
+    substituted, the likelihood's arrays from the recognition (in ``data[1]``). Traceable."""
+    arrays, ep = data
+    args, kwargs = model_inputs(arrays)
+    tr = sites.run(model, args, kwargs, hs, phi)
+    parts = [gaussian_prior(n, tr[n]) for n in hs.latent]
+    m0 = jnp.concatenate([p[0] for p in parts])
+    S0 = jax.scipy.linalg.block_diag(*[p[1] for p in parts])
+    A, b, groups = ep["A"], ep["b"], ep["groups"]
+    offset = b + A @ m0
+    if space == "weight":
+        L0 = jnp.linalg.cholesky(S0)
+        return EPProblem("weight", A @ L0, None, offset, groups), LatentMap(m0, L0, None, None)
+    AS0 = A @ S0
+    K = AS0 @ A.T
+    return EPProblem("function", None, 0.5 * (K + K.T), offset, groups), LatentMap(m0, None, S0, AS0)
+
+
+def _finite(*xs):
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs]))
+
+
+def _sweep(problem, warm, ep, schedule):
+    """EP's sweeps from the warm sites (or from zero sites where those give no valid Gaussian):
+    a first run, then a second from the same start if the first did not converge (``ep["sweeps"]``:
+    each run's damping and sweep count; no second run when its count is zero).
+    ``(state, converged)``."""
+    tau_w, nu_w = warm
+    mean_w, var_w, good = site_moments(problem, tau_w, nu_w)
+    good = good & _finite(tau_w, nu_w, mean_w, var_w)
+    # the fallback: zero sites, whose marginals are the prior's (no second `site_moments` to compile)
+    zero = jnp.zeros_like(tau_w)
+    prior_var = jnp.diag(problem.prior_cov) if problem.space == "function" else jnp.sum(problem.proj**2, axis=1)
+    pick = lambda a, b: jnp.where(good, a, b)  # noqa: E731
+    start = EPState(pick(tau_w, zero), pick(nu_w, zero), zero, pick(mean_w, zero), pick(var_w, prior_var))
+    tol, sweeps = ep["tol"], ep["sweeps"]
+
+    def run(c):  # one traced copy of the sweeps for both runs (half the compilation)
+        k, _, _ = c
+        st, _, _, change = _run(problem, start, sweeps[2 * k], tol, sweeps[2 * k + 1].astype(jnp.int32), schedule)
+        return k + 1, st, (change <= tol) & _finite(st.tau, st.nu)
+
+    more = lambda c: (c[0] == 0) | ((c[0] == 1) & ~c[2] & (sweeps[3] > 0))  # noqa: E731 - no empty second run
+    _, state, converged = lax.while_loop(more, run,
+                                         (jnp.asarray(0, jnp.int32), start, jnp.asarray(False)))
+    return state, converged
+
+
+def evidence(model, hs, model_inputs, space, schedule, phi, warm, data):
+    """``(log Z_EP, ((tau, nu), ok))``: the engine function of `inference.hyper` (module docstring)."""
+    sg = lax.stop_gradient
+    ep = data[1]
+    fixed, _ = _problem(model, hs, model_inputs, space, sg(phi), data)
+    state, converged = _sweep(fixed, jax.tree_util.tree_map(sg, warm), ep, schedule)
+    tau, nu = sg(state.tau), sg(state.nu)
+    problem, _ = _problem(model, hs, model_inputs, space, phi, data)
+    mean, var, ok_moments = site_moments(problem, tau, nu)  # differentiable in phi at fixed sites
+    value, ok_value = log_evidence(problem, EPState(tau, nu, jnp.zeros_like(tau), mean, var))
+    log_z = value + ep["const"]
+    ok = converged & ok_moments & ok_value & jnp.isfinite(log_z)
+    return log_z, ((tau, nu), ok)
+
+
+def _jittered_cholesky(C, max_tries: int = 16):
+    """Cholesky of ``C`` with the smallest jitter (0, then eps, 10 eps, ... of the mean diagonal)
+    that gives a finite factor. Traceable."""
+    n = C.shape[0]
+    eye = jnp.eye(n, dtype=C.dtype)
+    scale = jnp.maximum(jnp.mean(jnp.diag(C)), jnp.finfo(C.dtype).tiny)
+    eps = jnp.finfo(C.dtype).eps
+
+    def attempt(k):
+        jitter = jnp.where(k == 0, 0.0, eps * 10.0 ** (k - 1).astype(C.dtype)) * scale
+        return jnp.linalg.cholesky(C + jitter * eye)
+
+    def cond(c):
+        k, L = c
+        return (~_finite(L)) & (k < max_tries)
+
+    def body(c):
+        k, _ = c
+        return k + 1, attempt(k + 1)
+
+    return lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), attempt(jnp.asarray(0, jnp.int32))))[1]
+
+
+def draw(model, hs, model_inputs, space, phi, warm, key, num: int, data):
+    """``(x (num, d), log q (num,))``: draws of the flat latent (the latent sites in model
+    order) from EP's Gaussian at ``phi`` with the converged sites ``warm``, and its density."""
+    problem, latent_map = _problem(model, hs, model_inputs, space, phi, data)
+    tau, nu = warm
+    mean, cov = to_latent(problem, latent_map, tau, nu)
+    L = _jittered_cholesky(cov)
+    d = mean.shape[0]
+    eps = jax.random.normal(key, (num, d), mean.dtype)
+    x = mean + eps @ L.T
+    log_q = -0.5 * jnp.sum(eps**2, axis=1) - jnp.sum(jnp.log(jnp.diag(L))) - 0.5 * d * jnp.log(2 * jnp.pi)
+    return x, log_q
+
+
+# ----------------------------------------------------------------------------- the fit
+def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: float | None = None,
+          tol: float = 1e-6, max_iter: int = 200, seed: int = 0) -> Setup:
+    """The hyperparameter sites of ``model``, EP's recognition (checked, module docstring) and the
+    compiled programs, kept per model structure; ``trace`` is the model's concrete trace."""
+    hs = compiled.memo("hyper-sites", model, args, kwargs, lambda: sites.find(model, args, kwargs, trace))
+    dtype = jnp.result_type(float)
+    double = dtype == jnp.float64
+
+    def build_init(rebuild):  # the start, and the hyperparameters' values there and at a second point
+        def init(data):
+            a, kw = rebuild(data)
+            phi0 = sites.initial_phi(sites.run(model, a, kw, hs, jnp.zeros(sites.size(hs), dtype)), hs).astype(dtype)
+            theta = lambda phi: sites.constrained(sites.run(model, a, kw, hs, phi), hs)  # noqa: E731
+            return phi0, theta(phi0), theta(phi0 + PROBE_SHIFT)
+
+        return jax.jit(init)
+
+    phi0, theta0, theta1 = compiled.call("ep-hyper-init", model, args, kwargs, (hs,), build_init)
+    rec0 = _recognise_at(model, args, kwargs, hs, theta0, seed)
+    rec1 = _recognise_at(model, args, kwargs, hs, theta1, seed)
+    _check_likelihood_fixed(hs, rec0, rec1, double)
+    space = rec0.problem.space
+    sweep_tol = _options.working_tol(SWEEP_TOL_FACTOR * tol, dtype)
+    if damping is None and schedule == "parallel":
+        sweeps = (1.0, min(max_iter, UNDAMPED_SWEEPS), 0.5, max_iter)
+    else:  # a given damping throughout; the sequential schedule's default is 0.5 (as the driver's)
+        sweeps = (0.5 if damping is None else damping, max_iter, 0.5 if damping is None else damping, 0)
+    ep = {"A": jnp.asarray(rec0.A, dtype), "b": jnp.asarray(rec0.b, dtype), "groups": rec0.problem.groups,
+          "const": jnp.asarray(rec0.const_log_lik, dtype), "tol": jnp.asarray(sweep_tol, dtype),
+          "sweeps": jnp.asarray(sweeps, dtype)}
+
+    def build(rebuild):
+        inputs = lambda d: rebuild(d[0])  # noqa: E731
+        ev = lambda phi, warm, data: evidence(model, hs, rebuild, space, schedule, phi, warm, data)  # noqa: E731
+        dr = lambda phi, warm, key, num, data: draw(model, hs, rebuild, space, phi, warm, key, num, data)  # noqa: E731
+        return fit.programs(model, hs, inputs, ev, dr, laplace_evidence.latent_model(model, hs, None).unravel)
+
+    progs, arrays = compiled.get("ep-hyper", model, args, kwargs, (hs, space, schedule), build)
+    n = rec0.problem.num_sites
+    warm0 = (jnp.zeros(n, dtype), jnp.zeros(n, dtype))
+    return Setup(hs, progs, (arrays, ep), jnp.asarray(phi0), warm0, space, dict(rec0.site_kinds), sweep_tol)
+
+
+def ep_hyper(model, args, kwargs, trace, hyper: str, *, schedule: str, damping: float | None, num_samples: int,
+             max_iter: int, tol: float, seed: int):
+    """The `Posterior` of ``inference.ep`` with ``hyper`` (see `inference.hyper`); ``trace`` is the
+    model's concrete trace."""
+    st = setup(model, args, kwargs, trace, schedule=schedule, damping=damping, tol=tol, max_iter=max_iter, seed=seed)
+    return fit.run(model, args, kwargs, trace, st.hs, hyper, st.progs, st.data, st.warm0, st.phi0,
+                   engine="ep", num_samples=num_samples, seed=seed, tol=1e-2 * tol, max_iter=max_iter,
+                   diagnostics={"schedule": schedule, "damping": damping, "tol": st.sweep_tol, "space": st.space,
+                                "site_kinds": st.site_kinds})
