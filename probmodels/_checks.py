@@ -95,6 +95,23 @@ def positive(value, name: str) -> float:
     return float(value)
 
 
+def positive_or_prior(value, name: str, model: str):
+    """A positive number, or a prior on it (a proper, continuous NumPyro distribution on (0, inf)
+    drawing a scalar): then it is sampled as site ``name``, a hyperparameter that
+    ``inference.laplace`` / ``inference.ep`` learn or integrate over with ``hyper=``."""
+    import numpyro
+
+    from probmodels.kernels import _check_prior, _is_prior
+
+    if not _is_prior(value):
+        return positive(value, name)
+    prior = _check_prior(value, name, model, allow_zero=False)
+    if tuple(prior.batch_shape) + tuple(prior.event_shape):
+        raise ValueError(f"{model}: the prior of {name} ({type(prior).__name__}) must draw a scalar, "
+                         f"got shape {tuple(prior.batch_shape) + tuple(prior.event_shape)}")
+    return numpyro.sample(name, prior)
+
+
 def probability(value, name: str) -> float:
     if is_traced(value):
         return value

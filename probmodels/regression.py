@@ -1,7 +1,9 @@
 """Bayesian linear and GLM regression as plain NumPyro programs.
 
 Sites: ``w`` (weights), ``precision`` (noise precision, when not fixed), ``y`` (observations).
-Each program samples the prior predictive when ``y=None``.
+Each program samples the prior predictive when ``y=None``. ``prior_scale`` (and a known
+``noise_scale``) may be given as a prior, e.g. ``dist.HalfNormal(2.0)``: it is then sampled as the
+site of that name, a hyperparameter (``inference.laplace`` / ``inference.ep`` with ``hyper=``).
 
 Example:
     >>> import numpy as np, inference, probmodels
@@ -39,15 +41,15 @@ def linear_regression(X, y=None, *, prior_scale=1.0, noise_scale=None, noise_pri
     X = _checks.matrix(X, "X")
     n, d = X.shape
     y = _checks.vector(y, n, "y")
-    prior_scale = _checks.positive(prior_scale, "prior_scale")
     if noise_scale is None:
         a0, b0 = _checks.positive_pair(noise_prior, "noise_prior")
+        prior_scale = _checks.positive_or_prior(prior_scale, "prior_scale", "linear_regression")
         precision = numpyro.sample("precision", dist.Gamma(a0, b0))
         w_scale = prior_scale / jnp.sqrt(precision)
         noise_sd = 1.0 / jnp.sqrt(precision)
     else:
-        noise_sd = _checks.positive(noise_scale, "noise_scale")
-        w_scale = prior_scale
+        noise_sd = _checks.positive_or_prior(noise_scale, "noise_scale", "linear_regression")
+        w_scale = _checks.positive_or_prior(prior_scale, "prior_scale", "linear_regression")
     w = numpyro.sample("w", dist.Normal(jnp.zeros(d), w_scale).to_event(1))
     numpyro.sample("y", dist.Normal(X @ w, noise_sd), obs=y)
 
@@ -66,7 +68,7 @@ def logistic_regression(X, y=None, *, prior_scale=1.0):
     X = _checks.matrix(X, "X")
     n, d = X.shape
     y = _checks.binary_labels(y, n, "y")
-    prior_scale = _checks.positive(prior_scale, "prior_scale")
+    prior_scale = _checks.positive_or_prior(prior_scale, "prior_scale", "logistic_regression")
     w = numpyro.sample("w", dist.Normal(jnp.zeros(d), prior_scale).to_event(1))
     numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
@@ -85,7 +87,7 @@ def probit_regression(X, y=None, *, prior_scale=1.0):
     X = _checks.matrix(X, "X")
     n, d = X.shape
     y = _checks.binary_labels(y, n, "y")
-    prior_scale = _checks.positive(prior_scale, "prior_scale")
+    prior_scale = _checks.positive_or_prior(prior_scale, "prior_scale", "probit_regression")
     w = numpyro.sample("w", dist.Normal(jnp.zeros(d), prior_scale).to_event(1))
     # logit(Phi(t)) = log Phi(t) - log Phi(-t): exact and finite even for separable data.
     eta = X @ w
