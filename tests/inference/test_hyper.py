@@ -184,14 +184,16 @@ def _user_model(prior, used=True):
     (dist.ImproperUniform(dist.constraints.positive, (), ()), True, "site 's' has an improper prior"),
     (dist.HalfNormal(1.0), False, "site 's': neither the latent"),
 ])
-def test_bad_hyperparameter_sites_are_named(prior, used, match):
+@pytest.mark.parametrize("engine", ["laplace", "ep"])
+def test_bad_hyperparameter_sites_are_named(prior, used, match, engine):
     with pytest.raises(ValueError, match=match):
-        inference.laplace(_user_model(prior, used), X, Y_REG, hyper="map")
+        getattr(inference, engine)(_user_model(prior, used), X, Y_REG, hyper="map")
 
 
-def test_a_model_without_hyperparameters_is_told_to_use_hyper_none():
+@pytest.mark.parametrize("engine", ["laplace", "ep"])
+def test_a_model_without_hyperparameters_is_told_to_use_hyper_none(engine):
     with pytest.raises(ValueError, match="no hyperparameter sites.*hyper=None"):
-        inference.laplace(gp_regression, X, Y_REG, kernel=RBF(1.0), noise=0.2, hyper="map")
+        getattr(inference, engine)(gp_regression, X, Y_REG, kernel=RBF(1.0), noise=0.2, hyper="map")
 
 
 @pytest.mark.parametrize("bad,match", [
