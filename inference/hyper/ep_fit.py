@@ -4,8 +4,8 @@ into the engine-agnostic search and integration (`inference.hyper.fit`).
 Scope: hyperparameters of the latent Gaussian's *prior* (a kernel's lengthscale or variance, a
 weight prior's scale). EP's recognition (`inference.ep.recognise`: the projections ``A``, ``b``,
 the site kinds and their data) is concrete, so it runs once, on the model with the
-hyperparameters fixed at the search's start; it runs again at a second point, and a likelihood
-that changed between the two (a Gaussian likelihood's noise given as a prior) is refused with a
+hyperparameters fixed at the search's start; it runs again at a second point (once per model
+structure, `inference.compiled.memo`), and a likelihood that changed between the two (a Gaussian likelihood's noise given as a prior) is refused with a
 ValueError naming the site (`inference.laplace(..., hyper=...)` handles those). The prior
 ``(m0(phi), S0(phi))`` is read inside the compiled programs from a trace of the model with
 ``phi`` substituted (`sites.run`), and the EP problem built from it: ``K = A S0 A'`` (function
@@ -253,8 +253,12 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
 
     phi0, theta0, theta1 = compiled.call("ep-hyper-init", model, args, kwargs, (hs,), build_init)
     rec0 = _recognise_at(model, args, kwargs, hs, theta0, seed)
-    rec1 = _recognise_at(model, args, kwargs, hs, theta1, seed)
-    _check_likelihood_fixed(hs, rec0, rec1, double)
+
+    def likelihood_fixed():  # a fact of what the model computes: checked once per model structure
+        _check_likelihood_fixed(hs, rec0, _recognise_at(model, args, kwargs, hs, theta1, seed), double)
+        return True
+
+    compiled.memo("ep-hyper-likelihood-fixed", model, args, kwargs, likelihood_fixed)
     space = rec0.problem.space
     sweep_tol = _options.working_tol(SWEEP_TOL_FACTOR * tol, dtype)
     if damping is None and schedule == "parallel":
