@@ -100,8 +100,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             hyperparameters of the latent Gaussian's prior (kernel parameters, a weight prior's
             scale): one the likelihood depends on (a Gaussian likelihood's noise) is refused,
             ``inference.laplace(..., hyper=...)`` handles it. With ``hyper``, ``tol / 100`` bounds
-            the predicted gain left at the mode and ``tol * 1e-4`` (floored at the working
-            precision) is the sweeps' tolerance; ``max_iter`` caps both the BFGS iterations and
+            the predicted gain left at the mode and ``tol`` (floored at the working precision,
+            as without ``hyper``) is the sweeps' tolerance at each evaluation; ``max_iter`` caps both the BFGS iterations and
             each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress
             bar is shown; the Bayes machine and spike-and-slab EPs do not take it.
         model_kwargs: model arguments whose names collide with the options above.

@@ -41,7 +41,7 @@ def test_ep_evidence_gradient_matches_central_differences_that_rerun_ep():
     kw = {"kernel": REF_KERNEL}
     h = 1e-5
     with jax.enable_x64(True), compiled.scope():
-        st = ep_fit.setup(gp_classifier, (X, y), kw, _model.trace_model(gp_classifier, (X, y), kw), tol=1e-8)
+        st = ep_fit.setup(gp_classifier, (X, y), kw, _model.trace_model(gp_classifier, (X, y), kw), tol=1e-12)
         assert st.sweep_tol == pytest.approx(1e-12) and st.space == "function"
         assert st.site_kinds == {"y": "probit"}
         vg = lambda p, w: st.progs.value_and_grad(jnp.asarray(p), w, st.data)  # noqa: E731
