@@ -225,6 +225,29 @@ def write(args, rows, big, cmd, total):
         fh.write("\n".join(lines) + "\n")
 
 
+def run_set(label, methods, splits, loader, args, log):
+    """Every method on ``splits`` splits (``loader(seed) -> (data, y_train, y_test)``; NUTS on the
+    first ``args.nuts_splits`` only): ``(training size, {method: summary})``."""
+    cells = {m: [] for m in methods}
+    for seed in range(splits):
+        s, ytr, yte = loader(seed)
+        for m in methods:
+            if m == "NUTS" and seed >= args.nuts_splits:
+                continue
+            c = run_cell(m, s, ytr, yte, args, log)
+            cells[m].append(c)
+            if "fail" not in c:
+                log(f"{label} split {seed} {m:12s} err {c['err']:5.1f}  loss {c['loss']:.3f}  "
+                    f"{c['sec']:6.2f}s  {c['note']}")
+    summ = {}
+    for m, cs in cells.items():
+        summ[m] = summarise(cs)
+        fails = [c["fail"] for c in cs if "fail" in c]
+        if fails:
+            summ[m]["why"] = fails[0]
+    return len(ytr), summ
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--splits", type=int, default=3)
@@ -245,41 +268,12 @@ def main():
     rows, big = [], []
     for name in args.sets:
         methods = list(args.methods) + (["NUTS"] if name in args.nuts_sets else [])
-        cells = {m: [] for m in methods}
-        for seed in range(args.splits):
-            s, ytr, yte = load(name, seed)
-            for m in methods:
-                if m == "NUTS" and seed >= args.nuts_splits:
-                    continue
-                c = run_cell(m, s, ytr, yte, args, log)
-                cells[m].append(c)
-                if "fail" not in c:
-                    log(f"{name} split {seed} {m:12s} err {c['err']:5.1f}  loss {c['loss']:.3f}  "
-                        f"{c['sec']:6.2f}s  {c['note']}")
-        summ = {}
-        for m, cs in cells.items():
-            summ[m] = summarise(cs)
-            fails = [c["fail"] for c in cs if "fail" in c]
-            if fails:
-                summ[m]["why"] = fails[0]
-        rows.append((name, len(ytr), summ))
+        n, summ = run_set(name, methods, args.splits, lambda seed: load(name, seed), args, log)
+        rows.append((name, n, summ))
         write(args, rows, big, cmd, time.time() - t0)
     if args.big_splits:
-        cells = {m: [] for m in args.big_methods}
-        for seed in range(args.big_splits):
-            s, ytr, yte = load("twonorm", seed, train_size=args.big_n)
-            for m in args.big_methods:
-                c = run_cell(m, s, ytr, yte, args, log)
-                cells[m].append(c)
-                if "fail" not in c:
-                    log(f"twonorm n={args.big_n} split {seed} {m:12s} err {c['err']:5.1f}  loss {c['loss']:.3f}  "
-                        f"{c['sec']:6.2f}s  {c['note']}")
-        summ = {}
-        for m, cs in cells.items():
-            summ[m] = summarise(cs)
-            fails = [c["fail"] for c in cs if "fail" in c]
-            if fails:
-                summ[m]["why"] = fails[0]
+        _, summ = run_set(f"twonorm n={args.big_n}", args.big_methods, args.big_splits,
+                          lambda seed: load("twonorm", seed, train_size=args.big_n), args, log)
         big.append((f"twonorm (n = {args.big_n})", args.big_n, summ))
     write(args, rows, big, cmd, time.time() - t0)
     log("done")

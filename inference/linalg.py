@@ -1,5 +1,6 @@
-"""Linear algebra shared by the engines: a Cholesky factor with the smallest jitter that works,
-and the Gaussian conditional of a latent at new inputs given its value at training inputs.
+"""Linear algebra shared by the engines: a Cholesky factor with the smallest jitter that works
+(NumPy, `cholesky_jitter`, or inside a traced program, `cholesky_jitter_traced`), and the Gaussian
+conditional of a latent at new inputs given its value at training inputs.
 
 One place for both: EP's draws and predictions, the Bayes machine's EP and its elliptical slice
 sampler, the GP conditioning of every engine's predictions (`inference.conditional`) and the
@@ -58,6 +59,32 @@ def cholesky_jitter(A, name: str = "matrix", *, ladder=LADDER, dtype=None, advic
     min_eig = float(np.linalg.eigvalsh(0.5 * (A + A.T).astype(float))[0])
     raise ValueError(f"{name} is not positive definite even with jitter {ladder[-1]:g} x mean diagonal "
                      f"(smallest eigenvalue {min_eig:.3g}, mean diagonal {scale:.3g})" + (f"; {advice}" if advice else ""))
+
+
+def cholesky_jitter_traced(C, max_tries: int = 16):
+    """`cholesky_jitter` inside a traced program (no error possible there): the Cholesky factor of
+    ``C`` plus the smallest jitter (0, then eps, 10 eps, ... of the mean diagonal, ``eps`` of
+    ``C``'s dtype) that gives a finite factor; a non-finite factor when ``max_tries`` do not."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    eye = jnp.eye(C.shape[0], dtype=C.dtype)
+    scale = jnp.maximum(jnp.mean(jnp.diag(C)), jnp.finfo(C.dtype).tiny)
+    eps = jnp.finfo(C.dtype).eps
+
+    def attempt(k):
+        jitter = jnp.where(k == 0, 0.0, eps * 10.0 ** (k - 1).astype(C.dtype)) * scale
+        return jnp.linalg.cholesky(C + jitter * eye)
+
+    def cond(c):
+        k, L = c
+        return (~jnp.all(jnp.isfinite(L))) & (k < max_tries)
+
+    def body(c):
+        k, _ = c
+        return k + 1, attempt(k + 1)
+
+    return lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), attempt(jnp.asarray(0, jnp.int32))))[1]
 
 
 def conditional(L, K_cross, k_new):

@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 from numpyro import handlers
 
-from inference import _model, _options, compiled
+from inference import _model, _options, compiled, linalg
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import LatentMap, site_moments, to_latent
 from inference.ep.problem import EPProblem
@@ -204,36 +204,13 @@ def evidence(model, hs, model_inputs, space, schedule, phi, warm, data):
     return log_z, ((tau, nu), ok)
 
 
-def _jittered_cholesky(C, max_tries: int = 16):
-    """Cholesky of ``C`` with the smallest jitter (0, then eps, 10 eps, ... of the mean diagonal)
-    that gives a finite factor. Traceable."""
-    n = C.shape[0]
-    eye = jnp.eye(n, dtype=C.dtype)
-    scale = jnp.maximum(jnp.mean(jnp.diag(C)), jnp.finfo(C.dtype).tiny)
-    eps = jnp.finfo(C.dtype).eps
-
-    def attempt(k):
-        jitter = jnp.where(k == 0, 0.0, eps * 10.0 ** (k - 1).astype(C.dtype)) * scale
-        return jnp.linalg.cholesky(C + jitter * eye)
-
-    def cond(c):
-        k, L = c
-        return (~_finite(L)) & (k < max_tries)
-
-    def body(c):
-        k, _ = c
-        return k + 1, attempt(k + 1)
-
-    return lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), attempt(jnp.asarray(0, jnp.int32))))[1]
-
-
 def draw(model, hs, model_inputs, space, phi, warm, key, num: int, data):
     """``(x (num, d), log q (num,))``: draws of the flat latent (the latent sites in model
     order) from EP's Gaussian at ``phi`` with the converged sites ``warm``, and its density."""
     problem, latent_map = _problem(model, hs, model_inputs, space, phi, data)
     tau, nu = warm
     mean, cov = to_latent(problem, latent_map, tau, nu)
-    L = _jittered_cholesky(cov)
+    L = linalg.cholesky_jitter_traced(cov)
     d = mean.shape[0]
     eps = jax.random.normal(key, (num, d), mean.dtype)
     x = mean + eps @ L.T
