@@ -12,6 +12,10 @@ Example:
     >>> L, jitter = cholesky_jitter(K, "K")
     >>> round(jitter, 12), bool(np.allclose(L @ L.T, K + jitter * np.eye(2)))
     (1e-12, True)
+    >>> import jax.numpy as jnp
+    >>> Lt = cholesky_jitter_traced(jnp.ones((2, 2)))        # the same inside jax.jit: smallest working jitter
+    >>> bool(jnp.all(jnp.isfinite(Lt))), bool(jnp.allclose(Lt @ Lt.T, jnp.ones((2, 2)), atol=1e-6))
+    (True, True)
     >>> A, var = conditional(np.linalg.cholesky(np.eye(2)), np.array([[0.5, 0.0]]), np.array([1.0]))
     >>> A.tolist(), var.tolist()
     ([[0.5, 0.0]], [0.75])

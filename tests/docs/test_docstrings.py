@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "inference.fit", "inference.laplace", "inference.latent", "inference.mcmc", "inference.posterior",
+    "inference.fit", "inference.laplace", "inference.latent", "inference.linalg", "inference.mcmc", "inference.posterior",
     "inference.vi", "inference.ep.driver", "inference.ep.evidence", "inference.ep.gaussian",
     "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.sites",
     "inference.ep.state", "inference.ep.update", "inference.sbc",
