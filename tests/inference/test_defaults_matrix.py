@@ -30,6 +30,9 @@ Every cell also checks: no NaN or inf in any floating draw, draws in the working
 ``diagnostics["converged"]`` a bool that is never True when the answer is out of tolerance. The
 three seeds of a cell run inside one test, so they reuse its compiled programs (the data are
 arguments of the compiled code; the seed is not a static option).
+
+`make test` runs the float32 cells (JAX's default, what users get; the expensive ones at seed 0);
+`make test-all` (the ``slow`` marker) adds every float64 cell and the other seeds.
 """
 
 from __future__ import annotations
@@ -350,7 +353,9 @@ def _cells():
     for name, case in CASES.items():
         for engine in case[3]:
             for dtype in DTYPES:
-                marks = []
+                # float32 (JAX's default: what users get) runs by default; the same cells in float64,
+                # where every other test file checks these engines, run with the slow checks
+                marks = [] if dtype == "float32" else [pytest.mark.slow]
                 if (name, engine) in KNOWN:
                     marks.append(pytest.mark.xfail(strict=True, reason=KNOWN[(name, engine)]))
                 if (name, engine) in EXPENSIVE:
