@@ -91,7 +91,7 @@ def bayes_machine_parts(trace) -> BMParts:
     if extra:
         raise ValueError(f"site {extra[0]!r}: the Bayes machine's engines (EP, and elliptical slice sampling "
                          f"for inference.mcmc) handle only the GP latent ({f_site!r}) and a Beta noise rate; "
-                         f"this latent site is not supported (a kernel hyperparameter: fix it, e.g. at the "
-                         f"EP-evidence choice of probmodels.selection.select_lengthscale)")
+                         f"this latent site is not supported (a kernel hyperparameter given as a prior: "
+                         f"inference.ep(..., hyper='map' | 'integrate') learns or integrates it by EP's evidence)")
     t = np.where(np.asarray(samples[obs]["value"]) > 0.5, 1.0, -1.0)
     return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)

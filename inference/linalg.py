@@ -69,6 +69,12 @@ def cholesky_jitter_traced(C, max_tries: int = 16):
     """`cholesky_jitter` inside a traced program (no error possible there): the Cholesky factor of
     ``C`` plus the smallest jitter (0, then eps, 10 eps, ... of the mean diagonal, ``eps`` of
     ``C``'s dtype) that gives a finite factor; a non-finite factor when ``max_tries`` do not."""
+    return jitter_search_traced(C, max_tries)[1]
+
+
+def jitter_search_traced(C, max_tries: int = 16):
+    """``(jitter, factor)`` of `cholesky_jitter_traced`. Reverse-mode differentiation cannot pass
+    the search's while loop: differentiate ``cholesky(C + stop_gradient(jitter) I)`` instead."""
     import jax.numpy as jnp
     from jax import lax
 
@@ -76,9 +82,8 @@ def cholesky_jitter_traced(C, max_tries: int = 16):
     scale = jnp.maximum(jnp.mean(jnp.diag(C)), jnp.finfo(C.dtype).tiny)
     eps = jnp.finfo(C.dtype).eps
 
-    def attempt(k):
-        jitter = jnp.where(k == 0, 0.0, eps * 10.0 ** (k - 1).astype(C.dtype)) * scale
-        return jnp.linalg.cholesky(C + jitter * eye)
+    def jitter(k):
+        return jnp.where(k == 0, 0.0, eps * 10.0 ** (k - 1).astype(C.dtype)) * scale
 
     def cond(c):
         k, L = c
@@ -86,9 +91,11 @@ def cholesky_jitter_traced(C, max_tries: int = 16):
 
     def body(c):
         k, _ = c
-        return k + 1, attempt(k + 1)
+        return k + 1, jnp.linalg.cholesky(C + jitter(k + 1) * eye)
 
-    return lax.while_loop(cond, body, (jnp.asarray(0, jnp.int32), attempt(jnp.asarray(0, jnp.int32))))[1]
+    k0 = jnp.asarray(0, jnp.int32)
+    k, L = lax.while_loop(cond, body, (k0, jnp.linalg.cholesky(C + jitter(k0) * eye)))
+    return jitter(k), L
 
 
 def conditional(L, K_cross, k_new):

@@ -103,7 +103,10 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             the predicted gain left at the mode and ``tol`` (floored at the working precision,
             as without ``hyper``) is the sweeps' tolerance at each evaluation; ``max_iter`` caps both the BFGS iterations and
             each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress
-            bar is shown; the Bayes machine and spike-and-slab EPs do not take it.
+            bar is shown. The Bayes machine learns its kernel's hyperparameters by its own EP's
+            evidence (the noise rate stays with EP; `inference.hyper.bm_fit`: the sites'
+            implicit derivative is added, as its log Z is not stationary in them); the sparse
+            Bayes machine and spike-and-slab EPs do not take it.
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
@@ -143,9 +146,15 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     if covariance is not None and not _special.has_spike_and_slab(trace):
         raise ValueError("covariance: only spike-and-slab EP takes it ('full' or 'factorized')")
     if hyper is not None:
+        if hook is not None and _special.has_noisy_step(trace) and active_set_size is None:
+            from inference.hyper.bm_fit import bm_hyper
+
+            return bm_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,
+                            num_samples=num_samples, max_iter=max_iter, tol=tol, seed=seed)
         if hook is not None:
-            raise ValueError(f"hyper={hyper!r}: the Bayes machine's and spike-and-slab EPs do not learn "
-                             "hyperparameters; use inference.laplace(..., hyper=...) or inference.mcmc")
+            raise ValueError(f"hyper={hyper!r}: the sparse Bayes machine's (active_set_size) and spike-and-slab "
+                             "EPs do not learn hyperparameters; use inference.laplace(..., hyper=...), "
+                             "inference.mcmc, or the full Bayes machine")
         from inference.hyper.ep_fit import ep_hyper
 
         return ep_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,

@@ -58,7 +58,10 @@ latent Gaussian's prior only (kernel parameters, a weight prior's scale): EP's r
 likelihood is concrete, so it is done once and checked unchanged at a second hyperparameter value;
 a likelihood that depends on a hyperparameter (a Gaussian likelihood's noise) is refused with a
 ValueError naming the site, and Laplace's ``hyper=`` handles it. With ``hyper=None`` EP refuses a
-model with hyperparameter sites, naming them and the options.
+model with hyperparameter sites, naming them and the options. The Bayes machine's own EP is wired
+too (`bm_fit.bm_hyper`): its noise rate stays with EP, and since its log Z is not stationary in
+its sites (clipped site precisions, the Beta's mean-and-variance matching) the evidence adds the
+sites' implicit derivative (an adjoint fixed-point iteration of the EP update's VJP).
 
 Example:
     >>> import numpy as np, numpyro.distributions as dist, inference

@@ -219,15 +219,10 @@ def draw(model, hs, model_inputs, space, phi, warm, key, num: int, data):
 
 
 # ----------------------------------------------------------------------------- the fit
-def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: float | None = None,
-          tol: float = 1e-6, max_iter: int = 200, seed: int = 0) -> Setup:
-    """The hyperparameter sites of ``model``, EP's recognition (checked, module docstring) and the
-    compiled programs, kept per model structure; ``trace`` is the model's concrete trace."""
-    hs = compiled.memo("hyper-sites", model, args, kwargs, lambda: sites.find(model, args, kwargs, trace))
-    dtype = jnp.result_type(float)
-    double = dtype == jnp.float64
-
-    def build_init(rebuild):  # the start, and the hyperparameters' values there and at a second point
+def start_and_probe(tag, model, args, kwargs, hs, dtype):
+    """``(phi0, theta(phi0), theta(phi0 + PROBE_SHIFT))``: the search's start and the hyperparameters'
+    values there and at a second point (where the recognition is checked), one kept program."""
+    def build_init(rebuild):
         def init(data):
             a, kw = rebuild(data)
             phi0 = sites.initial_phi(sites.run(model, a, kw, hs, jnp.zeros(sites.size(hs), dtype)), hs).astype(dtype)
@@ -236,7 +231,18 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
 
         return jax.jit(init)
 
-    phi0, theta0, theta1 = compiled.call("ep-hyper-init", model, args, kwargs, (hs,), build_init)
+    return compiled.call(tag, model, args, kwargs, (hs,), build_init)
+
+
+def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: float | None = None,
+          tol: float = 1e-6, max_iter: int = 200, seed: int = 0) -> Setup:
+    """The hyperparameter sites of ``model``, EP's recognition (checked, module docstring) and the
+    compiled programs, kept per model structure; ``trace`` is the model's concrete trace."""
+    hs = compiled.memo("hyper-sites", model, args, kwargs, lambda: sites.find(model, args, kwargs, trace))
+    dtype = jnp.result_type(float)
+    double = dtype == jnp.float64
+
+    phi0, theta0, theta1 = start_and_probe("ep-hyper-init", model, args, kwargs, hs, dtype)
     rec0 = _recognise_at(model, args, kwargs, hs, theta0, seed)
 
     def likelihood_fixed():  # a fact of what the model computes: checked once per model structure

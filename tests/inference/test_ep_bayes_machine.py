@@ -443,11 +443,11 @@ def test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor():
 @pytest.mark.parametrize("engine", ["ep", "mcmc"])
 def test_a_kernel_hyperparameter_given_as_a_prior_is_refused_naming_it(engine):
     """The Bayes machine's engines (EP; elliptical slice sampling for mcmc) integrate f and the
-    noise rate only: a lengthscale given as a prior is refused, naming the site and this engine
-    (the mcmc refusal spoke of EP), before any sampling."""
+    noise rate only: without hyper=, a lengthscale given as a prior is refused, naming the site and
+    both engines (the mcmc refusal spoke of EP only) and the option that handles it."""
     import inference
 
     X, y = circle(20, 0.1, seed=0)
     kernel = RBF(lengthscale=dist.LogNormal(0.0, 1.0))
-    with pytest.raises(ValueError, match=r"site 'lengthscale'.*elliptical slice sampling.*select_lengthscale"):
+    with pytest.raises(ValueError, match=r"site 'lengthscale'.*elliptical slice sampling.*hyper='map' \| 'integrate'"):
         getattr(inference, engine)(bayes_machine, X, y, kernel=kernel, num_samples=10, progress=False)
