@@ -140,3 +140,8 @@ def test_refusals_name_what_is_wrong():
         inference.ep(bayes_machine, X, Y, kernel=KERNEL, hyper="map", active_set_size=10, progress=False)
     with pytest.raises(ValueError, match="no hyperparameter sites besides its noise rate"):
         inference.ep(bayes_machine, X, Y, kernel=RBF(0.5), hyper="map", progress=False)
+    from probmodels import spike_and_slab_regression
+
+    Xs = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(ValueError, match="spike-and-slab EPs do not learn hyperparameters"):
+        inference.ep(spike_and_slab_regression, Xs, Xs[:, 0], hyper="map", progress=False)
