@@ -73,3 +73,23 @@ def test_integrate_matches_joint_nuts(dtype, seed):
     with jax.enable_x64(dtype == "float64"):
         post = inference.laplace(gp_classifier, X, y, kernel=kernel, hyper="integrate", num_samples=2000, seed=seed)
     assert_matches_reference(post, ref, dtype, f"{dtype} seed {seed}")
+    if (dtype, seed) == ("float64", 0):
+        assert_predict_draws_the_predictive(post, ref, kernel)
+
+
+def assert_predict_draws_the_predictive(post, ref, kernel):
+    """``post.predict`` (the kernel passed again, as to the fit) draws labels at the test inputs
+    whose frequencies are the predictive of the posterior's own draws (each draw's f conditioned
+    at its own lengthscale, `errors`'s computation): within 4 Monte Carlo standard errors. It was
+    untested for every hyper= fit; an integrated fit has one group of draws per design point."""
+    X = ref["X"]
+    with jax.enable_x64(True):
+        draws = post.predict(ref["X_test"], kernel=kernel)["y"]
+    n = post.samples["f"].shape[1]
+    assert draws.shape == (1, n, len(ref["X_test"])) and set(np.unique(draws)) <= {0, 1}
+    ls = np.asarray(post.samples["lengthscale"], dtype=float).reshape(-1)
+    f = np.asarray(post.samples["f"], dtype=float).reshape(-1, len(X))
+    p = MAKER.predictive(f, ls, np.ones_like(ls), X, ref["X_test"]).mean(0)
+    freq = np.asarray(draws, dtype=float).reshape(n, -1).mean(0)
+    se = np.sqrt(np.maximum(p * (1 - p), 1e-4) / n)
+    assert np.all(np.abs(freq - p) < 4 * se), (freq, p)
