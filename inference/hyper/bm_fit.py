@@ -30,7 +30,7 @@ from inference.bayes_machine_model import bayes_machine_parts
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
 from inference.hyper import fit, laplace_evidence, sites
-from inference.hyper.ep_fit import THETA, _fixed, start_and_probe
+from inference.hyper.ep_fit import start_and_probe
 from inference.trace_reading import gaussian_prior, unwrap
 
 DEFAULT_DAMPING = 0.5  # the Bayes machine's EP default
@@ -55,8 +55,8 @@ class Setup(NamedTuple):
 
 def _parts_at(model, args, kwargs, hyper, theta, seed):
     """The Bayes machine's parts of ``model`` with the hyperparameters observed at ``theta``."""
-    kw = {**kwargs, THETA: {n: np.asarray(v) for n, v in theta.items()}}
-    trace = _model.trace_model(_fixed(model), args, kw, seed=seed)
+    kw = {**kwargs, sites.THETA: {n: np.asarray(v) for n, v in theta.items()}}
+    trace = _model.trace_model(sites.fixed(model), args, kw, seed=seed)
     return bayes_machine_parts(type(trace)((n, s) for n, s in trace.items() if n not in hyper))
 
 

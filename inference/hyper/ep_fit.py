@@ -26,14 +26,12 @@ nothing and never sees stale projections.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from numpyro import handlers
 
 from inference import _model, _options, compiled, linalg
 from inference.ep.evidence import log_evidence
@@ -68,26 +66,10 @@ class Setup(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- recognition
-THETA = "_ep_hyper_theta"  # the keyword that carries the fixed hyperparameters into `_fixed`'s model
-
-
-@functools.lru_cache(maxsize=32)
-def _fixed(model):
-    """``model`` with its hyperparameters observed at the values passed as keyword `THETA`: one
-    function per model, the values as data, so both recognitions (and a refit) share compiled
-    programs (`inference.compiled` keys on the model and traces its array arguments)."""
-
-    def fixed(*args, **kwargs):
-        theta = kwargs.pop(THETA)
-        return handlers.condition(model, data=theta)(*args, **kwargs)
-
-    return fixed
-
-
 def _recognise_at(model, args, kwargs, hs, theta, seed):
     """EP's recognition of ``model`` with the hyperparameters fixed (observed) at ``theta``; the
     conditioned sites are left out of the trace it reads, so they are neither latents nor sites."""
-    fixed, kwargs = _fixed(model), {**kwargs, THETA: {n: np.asarray(v) for n, v in theta.items()}}
+    fixed, kwargs = sites.fixed(model), {**kwargs, sites.THETA: {n: np.asarray(v) for n, v in theta.items()}}
     trace = _model.trace_model(fixed, args, kwargs, seed=seed)
     trace = type(trace)((n, s) for n, s in trace.items() if n not in hs.hyper)
     rec = recognise(fixed, args, kwargs, trace, seed=seed)

@@ -177,9 +177,11 @@ def _constrain(trace, hs, phi) -> dict:
 
 def _predictor(model, args, kwargs, hs, flat, observed):
     """Posterior predictive at new inputs: the draws grouped by their hyperparameter values, each
-    group predicted by the model with the hyperparameters fixed there (observed), so a GP's
-    latent at the new inputs is conditioned on the training draw under that group's kernel."""
-    from numpyro import handlers
+    group predicted by the model with the hyperparameters fixed there (observed; `sites.fixed`,
+    the values as data), so a GP's latent at the new inputs is conditioned on the training draw
+    under that group's kernel. Each group's draws are repeated to the full number of draws, so
+    every group (and every later call) runs the same compiled programs: with a program per group
+    and group size, predicting 15 points from a 17-point integration took ~50 s on every call."""
 
     def predict(rng_key, *new_args, **new_kwargs):
         theta = np.concatenate([np.asarray(flat[n]).reshape(len(flat[n]), -1) for n in hs.hyper], axis=1)
@@ -187,14 +189,16 @@ def _predictor(model, args, kwargs, hs, flat, observed):
         out = {}
         for g in np.unique(group):
             idx = np.flatnonzero(group == g)
-            fixed = {n: flat[n][idx[0]] for n in hs.hyper}
-            conditioned = handlers.condition(model, data=fixed)
+            padded = np.resize(idx, len(group))  # idx repeated: the first len(idx) are the group's draws
+            values = {sites.THETA: {n: np.asarray(flat[n][idx[0]]) for n in hs.hyper}}
             part = SimpleNamespace(
-                model=conditioned, model_args=args, model_kwargs=kwargs, observed_data=observed, num_chains=1,
-                flat_samples=lambda idx=idx: {n: v[idx] for n, v in flat.items() if n not in fixed})
-            draws = _model.predictive_draws(part, jax.random.fold_in(rng_key, int(g)), *new_args, **new_kwargs)
+                model=sites.fixed(model), model_args=args, model_kwargs={**kwargs, **values}, observed_data=observed,
+                num_chains=1, flat_samples=lambda p=padded: {n: v[p] for n, v in flat.items() if n not in hs.hyper})
+            draws = _model.predictive_draws(part, jax.random.fold_in(rng_key, int(g)), *new_args,
+                                            **{**new_kwargs, **values})
             for name, v in draws.items():
-                out.setdefault(name, np.empty((len(group),) + np.shape(v)[2:], np.asarray(v).dtype))[idx] = v[0]
+                out.setdefault(name, np.empty((len(group),) + np.shape(v)[2:], np.asarray(v).dtype))[idx] = \
+                    v[0][:len(idx)]
         return {k: v[None] for k, v in out.items()}
 
     return predict

@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import jax
@@ -187,3 +187,20 @@ def initial_phi(trace, hs: HyperSites):
         theta = jnp.median(fn.sample(jax.random.PRNGKey(i), (15,)), axis=0)
         parts.append(jnp.ravel(biject_to(fn.support).inv(theta)))
     return jnp.concatenate(parts)
+
+
+THETA = "_hyper_theta"  # the keyword that carries the fixed hyperparameters into `fixed`'s model
+
+
+@lru_cache(maxsize=32)
+def fixed(model):
+    """``model`` with its hyperparameters observed at the values passed as keyword `THETA`: one
+    function per model, the values as data, so every use at any values (both recognitions of
+    EP's ``hyper=``, a refit, each design point's prediction) shares the compiled programs
+    (`inference.compiled` keys on the model and traces its array arguments)."""
+
+    def conditioned(*args, **kwargs):
+        theta = kwargs.pop(THETA)
+        return handlers.condition(model, data=theta)(*args, **kwargs)
+
+    return conditioned
