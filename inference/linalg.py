@@ -74,7 +74,14 @@ def cholesky_jitter_traced(C, max_tries: int = 16):
 
 def jitter_search_traced(C, max_tries: int = 16):
     """``(jitter, factor)`` of `cholesky_jitter_traced`. Reverse-mode differentiation cannot pass
-    the search's while loop: differentiate ``cholesky(C + stop_gradient(jitter) I)`` instead."""
+    the search's while loop: differentiate ``cholesky(C + stop_gradient(jitter) I)`` instead.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> jitter, L = jitter_search_traced(jnp.ones((2, 2)))     # singular: a jitter is needed
+        >>> bool(jitter > 0), bool(jnp.allclose(L @ L.T, jnp.ones((2, 2)) + jitter * jnp.eye(2)))
+        (True, True)
+    """
     import jax.numpy as jnp
     from jax import lax
 
