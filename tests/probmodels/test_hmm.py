@@ -34,6 +34,15 @@ def trace(obs, **kw):
     return handlers.trace(handlers.seed(hmm, 0)).get_trace(obs, **kw)
 
 
+def point_trace(obs, **kw):
+    """A trace at a seeded point of the support (each latent at a uniform point of its unconstrained
+    space, mapped through the support's bijection) instead of prior draws: the same sites, shapes
+    and distributions, no Dirichlet / gamma sampler compiled (~1-3 s each per shape)."""
+    from inference._model import concrete_trace
+
+    return concrete_trace(hmm, (obs,), kw)
+
+
 def enumerate_log_prob(init, trans, log_emission):
     t, k = log_emission.shape
     total = []
@@ -52,7 +61,7 @@ def enumerate_log_prob(init, trans, log_emission):
 ])
 def test_sites_and_shapes(emission, sites):
     x, _ = simulate(30, 0, "poisson")
-    tr = trace(x, num_states=3, emission=emission)
+    tr = point_trace(x, num_states=3, emission=emission)
     assert list(tr) == sites
     assert tr["trans"]["value"].shape == (3, 3) and tr["obs"]["fn"].event_shape == (30,)
     assert tr["obs"]["fn"].log_prob(tr["obs"]["value"]).shape == ()
@@ -67,7 +76,7 @@ def test_sites_and_shapes(emission, sites):
 def test_marginal_likelihood_equals_enumeration(emission):
     """log p(x | params) of the obs site = sum over all K^T paths (K = 3, T = 5), 1e-10."""
     x, _ = simulate(5, 1, "poisson")
-    tr = trace(x, num_states=3, emission=emission, ordered=False)
+    tr = point_trace(x, num_states=3, emission=emission, ordered=False)
     p = {k: np.asarray(v["value"]) for k, v in tr.items()}
     le = np.asarray(mp.emission_log_likelihood(x, emission, p))
     np.testing.assert_allclose(tr["obs"]["fn"].log_prob(x), enumerate_log_prob(p["init"], p["trans"], le),
@@ -80,7 +89,7 @@ def test_padded_batch_log_prob_is_per_sequence():
     batch = np.full((3, 12), np.nan)
     for b, v in enumerate(xs):
         batch[b, : len(v)] = v
-    tr = trace(batch, num_states=2, lengths=lengths)
+    tr = point_trace(batch, num_states=2, lengths=lengths)
     params = {k: tr[k]["value"] for k in ("init", "trans", "locs", "scales")}
     lp = tr["obs"]["fn"].log_prob(tr["obs"]["value"])
     assert lp.shape == (3,)
@@ -123,14 +132,14 @@ def test_ordered_iid_density_and_samples():
 
 def test_prior_predictive_and_single_state():
     prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=4)(key, None, num_states=2, num_steps=25))
-    pred = prior(jax.random.PRNGKey(0))
+    pred = jax.eval_shape(prior, jax.random.PRNGKey(0))  # shapes only: no compile
     assert pred["obs"].shape == (4, 25) and pred["locs"].shape == (4, 2)
     prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=2)(
         key, None, num_states=2, num_steps=9, emission="categorical", num_categories=4))
     pred = prior(jax.random.PRNGKey(0))
     assert pred["obs"].shape == (2, 9) and pred["obs"].max() < 4
     x, _ = simulate(10, 3)
-    tr = trace(x, num_states=1)
+    tr = point_trace(x, num_states=1)
     expected = dist.Normal(tr["locs"]["value"][0], tr["scales"]["value"][0]).log_prob(x).sum()
     np.testing.assert_allclose(tr["obs"]["fn"].log_prob(x), expected, atol=1e-10)
 
@@ -181,7 +190,8 @@ def gaussian_nuts():
     return x, z, nuts(x, num_states=2, emission="gaussian")
 
 
-@pytest.mark.parametrize("emission", ["gaussian", "poisson"])
+# poisson: its own NUTS compile (~25 s), with the slow checks (the T = 2000 version below runs both)
+@pytest.mark.parametrize("emission", ["gaussian", pytest.param("poisson", marks=pytest.mark.slow)])
 def test_nuts_recovers_parameters(emission, request):
     """T = 300 (2 chains x 500 draws: 250 left R-hat at 1.014-1.018 over the 1.01 rule): every parameter's truth within 4 posterior sd; Baum-Welch's
     means within 1 posterior sd of the posterior means; recovered states > 90 % correct."""
@@ -282,6 +292,7 @@ def _check_not_collapsed(post, messages):
     assert not any("degenerate" in m for m in messages), messages
 
 
+@pytest.mark.slow  # 1000 + 1000 draws, own compiles per dtype; the same seeds and dtypes run below by default
 @pytest.mark.parametrize("x64,seed", [(True, 0), (False, 2)])
 def test_issue21_finding5_default_nuts_one_chain_finds_both_states(x64, seed):
     """The finding exactly (default options): float64 seed 0 and float32 seed 2 collapsed before."""
@@ -293,6 +304,8 @@ def test_issue21_finding5_default_nuts_one_chain_finds_both_states(x64, seed):
 @pytest.mark.parametrize("x64", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_issue21_finding5_every_seed_and_dtype_finds_both_states(seed, x64):
+    """The finding's check, one chain, seeds 0-2 in float32 and float64 (one compile per dtype),
+    300 + 300 draws: the default run's version of the default-options test above."""
     with jax.enable_x64(x64):
         post, messages = _nuts_finding5(seed, num_warmup=300, num_samples=300)
     _check_not_collapsed(post, messages)
