@@ -14,7 +14,7 @@ import inference, probmodels
 after = {k: getattr(jax.config, k) for k in watched}
 print("IMPORT", before == after, after["jax_compilation_cache_dir"])
 import numpy as np
-inference.ep(probmodels.linear_regression, np.ones((5, 1)), np.ones(5), noise_scale=1.0, progress=False)
+inference.laplace(probmodels.linear_regression, np.ones((5, 1)), np.ones(5), noise_scale=1.0, progress=False)  # the cheapest fit to compile
 print("FIT", jax.config.jax_compilation_cache_dir)
 """
 

@@ -126,30 +126,11 @@ def test_progress_bar_does_not_change_the_draws(capsys):
     model, _ = _counting_model()
     X = np.random.default_rng(2).normal(size=(20, 2))
     y = X @ np.array([0.5, 1.0])
-    opts = dict(num_samples=50, num_warmup=50, num_chains=1, seed=5)
+    # the shapes and options of test_chains_are_numpyros[sequential]: the quiet fit reuses its program
+    opts = dict(num_samples=10, num_warmup=10, num_chains=2, seed=5)
     quiet = inference.mcmc(model, X, y, progress=False, **opts)
     shown = inference.mcmc(model, X, y, progress=True, **opts)
     np.testing.assert_array_equal(quiet.samples["w"], shown.samples["w"])
-
-
-def test_a_model_that_converts_only_concrete_data_keeps_its_data_constant():
-    """An input check that converts labels but steps aside under tracing would see raw {-1, +1}
-    labels when traced: the log-joint comparison catches it and the data stay concrete."""
-
-    def model(X, y=None):
-        if y is not None and not isinstance(y, jax.core.Tracer):
-            y = (np.asarray(y) > 0).astype(np.int32)
-        w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
-        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
-
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(60, 2))
-    y = np.where(X @ np.array([2.0, -2.0]) > 0, 1, -1)
-    assert not compiled.traceable(model, (X, y), {})
-    assert compiled.traceable(model, (X, (y > 0).astype(np.int32)), {})
-    post = inference.mcmc(model, X, y, num_samples=200, num_warmup=200, num_chains=1, seed=0, progress=False)
-    w = post.mean("w")
-    assert w[0] > 0.5 and w[1] < -0.5 and post.diagnostics["max_rhat"] < 1.05
 
 
 def test_the_traceability_check_program_does_not_depend_on_the_data_values():
@@ -221,6 +202,22 @@ def test_a_refit_on_recoded_labels_gives_the_right_posterior(engine):
     b = fit(_concrete_only, X, ypm, seed=0, progress=False, **opts)
     np.testing.assert_allclose(b.mean("w"), a.mean("w"), rtol=1e-6, atol=1e-8)
     assert a.mean("w")[0] > 1.0 and a.mean("w")[1] < -1.0
+
+
+def test_a_model_that_converts_only_concrete_data_keeps_its_data_constant():
+    """An input check that converts labels but steps aside under tracing would see raw {-1, +1}
+    labels when traced: the log-joint comparison catches it and the data stay concrete. (The model,
+    data and options of test_a_refit_on_recoded_labels_gives_the_right_posterior[mcmc]'s second fit,
+    run just before: in the same process its kept program is reused.)"""
+    model = _concrete_only
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 2))
+    y = np.where(X @ np.array([2.0, -2.0]) > 0, 1, -1)
+    assert not compiled.traceable(model, (X, y), {})
+    assert compiled.traceable(model, (X, (y > 0).astype(np.int32)), {})
+    post = inference.mcmc(model, X, y, num_samples=300, num_warmup=300, num_chains=1, seed=0, progress=False)
+    w = post.mean("w")
+    assert w[0] > 0.5 and w[1] < -0.5 and post.diagnostics["max_rhat"] < 1.05
 
 
 SCALE = 1.0

@@ -118,16 +118,22 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[2])
 import inference
 from inference import compiled
-if sys.argv[1] != "-":
-    compiled.cache_dir = lambda: sys.argv[1]
 exports = []
 real = jax.export.export
 jax.export.export = lambda *a, **k: exports.append(1) or real(*a, **k)
 from program_model import model
-post = inference.mcmc(model, np.array([1.0, 2.0, 0.5, -0.3]), num_warmup=30, num_samples=20, num_chains=2,
-                      chain_method="parallel", seed=3, progress=False)
-print(len(exports), hashlib.sha256(np.asarray(post.samples["mu"]).tobytes()).hexdigest()[:16],
-      post.diagnostics["chain_method"])
+fit = lambda: inference.mcmc(model, np.array([1.0, 2.0, 0.5, -0.3]), num_warmup=30, num_samples=20, num_chains=2,
+                             chain_method="parallel", seed=3, progress=False)
+digest = lambda post: hashlib.sha256(np.asarray(post.samples["mu"]).tobytes()).hexdigest()[:16]
+directory = sys.argv[1]
+if directory.startswith("plain+"):  # first a fit with the cache off (nothing kept), then as a new process would
+    post = fit()
+    print("PLAIN", len(exports), digest(post), post.diagnostics["chain_method"])
+    compiled.clear()
+    directory = directory[len("plain+"):]
+compiled.cache_dir = lambda: directory
+post = fit()
+print(len(exports), digest(post), post.diagnostics["chain_method"])
 """
 
 _MODEL = """
@@ -142,11 +148,13 @@ def model(y):
 
 def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
     """Fresh interpreters (``PYTHONHASHSEED=random``, chains on two devices): the second reads the
-    first's program instead of exporting it and gets the draws of a process without the cache; an
-    edit of the model's file writes a new program with other draws."""
+    first's program instead of exporting it and gets the draws of a fit without the cache (run in
+    the first interpreter before its cache was switched on, with nothing kept); an edit of the
+    model's file writes a new program with other draws."""
     (tmp_path / "program_model.py").write_text(_MODEL)
     cache = tmp_path / "cache"
     cache.mkdir()
+    plains = []
 
     def child(directory):
         env = {**os.environ, "INFERENCE_COMPILATION_CACHE": "0", "PYTHONHASHSEED": "random",
@@ -154,12 +162,17 @@ def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
         out = subprocess.run([sys.executable, "-c", _SCRIPT, directory, str(tmp_path)], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
+        for line in out.stdout.splitlines():
+            if line.startswith("PLAIN "):
+                plains.append(line.split()[1:])
         exports, digest, method = out.stdout.split()[-3:]
         assert method == "parallel"
         return int(exports), digest, len([p for p in cache.iterdir() if p.name.startswith(exported.PREFIX)])
 
-    _, plain, _ = child("-")
-    assert child(str(cache)) == (1, plain, 1)  # exported and written
+    first = child("plain+" + str(cache))
+    assert len(plains) == 1 and plains[0][0] == "0" and plains[0][2] == "parallel"  # cache off: nothing exported
+    plain = plains[0][1]
+    assert first == (1, plain, 1)  # exported and written
     assert child(str(cache)) == (0, plain, 1)  # read back
     (tmp_path / "program_model.py").write_text(_MODEL.replace("5.0", "4.0"))
     exports, digest, files = child(str(cache))
