@@ -44,7 +44,11 @@ def test_four_devices_agree_with_nuts_on_full_data_n20000():
     _check(_child(20_000))
 
 
-@pytest.mark.parametrize("model", [probmodels.probit_regression, probmodels.logistic_regression])
+@pytest.mark.parametrize("model", [
+    probmodels.probit_regression,
+    # slow only: the same check runs by default on probit regression; distributed EP on logistic
+    # regression runs by default in test_four_devices_agree_with_nuts_on_full_data
+    pytest.param(probmodels.logistic_regression, marks=pytest.mark.slow)])
 def test_local_ep_reaches_the_full_data_ep_fixed_point(model):
     full = inference.ep(model, X, Y, progress=False)
     post = inference.distributed_ep(model, X, Y, num_shards=4, progress=False)

@@ -410,10 +410,13 @@ print(json.dumps({"converged": post.diagnostics["converged"], "warnings": [str(m
 """
 
 
+@pytest.mark.slow
 def test_float32_converges():
     """In float32 (JAX's default) round-off moves the sites by ~1.8e-6 per sweep: with tol=1e-6 the
     Bayes machine ran its 600 sweeps and warned. The tol used is floored at 30 float32 epsilons
-    (as for inference.ep); it converges. Child process: x64 cannot be switched off in this one."""
+    (as for inference.ep); it converges. Child process: x64 cannot be switched off in this one.
+    Slow only: by default test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor
+    checks the same (converged, no "did not converge" warning) in this process, on 60 circle points."""
     import json
     import os
     import subprocess
@@ -432,12 +435,16 @@ def test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor():
     import inference
     from inference import _options
 
+    import warnings
+
     X, y = circle(60, 0.1, 0)
-    with jax.enable_x64(False):
+    with jax.enable_x64(False), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
         post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
     floor = _options.working_tol(1e-6, np.float32)
     assert post.diagnostics["tol"] == pytest.approx(floor) and floor > 1e-6
     assert post.diagnostics["converged"] and post.samples["f"].dtype == np.float32
+    assert not [m for m in w if "did not converge" in str(m.message)]  # (test_float32_converges's check)
 
 
 @pytest.mark.parametrize("engine", ["ep", "mcmc"])

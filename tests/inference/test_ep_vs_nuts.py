@@ -86,7 +86,8 @@ def regression_data():
 @pytest.mark.parametrize("name,model,kind", [
     ("probit", probit_regression, "probit"),
     ("logistic", logistic_regression, "quadrature"),
-    ("poisson", poisson_regression, "quadrature"),
+    # slow only: the same check on quadrature sites runs by default on logistic regression
+    pytest.param("poisson", poisson_regression, "quadrature", marks=pytest.mark.slow),
 ])
 def test_regression_agrees_with_nuts(regression_data, name, model, kind):
     X, y = regression_data["X"], regression_data[name]

@@ -102,7 +102,8 @@ def test_gp_regression_map_finds_the_closed_form_optimum():
     _assert_close(grad, fd)
 
 
-@pytest.mark.parametrize("link", ["probit", "logit"])
+# logit slow only: the same gradient check runs by default on the probit link
+@pytest.mark.parametrize("link", ["probit", pytest.param("logit", marks=pytest.mark.slow)])
 def test_gp_classifier_evidence_gradient_matches_central_differences(link):
     """Laplace's evidence gradient for a non-Gaussian likelihood (the implicit-function term
     through the mode and W's third derivatives), ARD lengthscales and variance, at a point away

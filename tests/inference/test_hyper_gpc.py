@@ -65,7 +65,9 @@ def assert_matches_reference(post, ref, dtype, label):
     assert mean_err < MEAN_SD and sd_err < SD_RATIO and pred_err < PRED
 
 
-@pytest.mark.parametrize("dtype, seed", [("float64", 0), ("float64", 1), ("float32", 0)])
+# seed 1 slow only: the same check runs by default at seed 0 (float64 and float32)
+@pytest.mark.parametrize("dtype, seed", [("float64", 0), pytest.param("float64", 1, marks=pytest.mark.slow),
+                                         ("float32", 0)])
 def test_integrate_matches_joint_nuts(dtype, seed):
     ref = np.load(FIXTURES / "gp_hyper_reference.npz")
     X, y = ref["X"], ref["y"]

@@ -47,7 +47,8 @@ def test_full_active_set_equals_the_full_machine(problem):
     assert float(sparse.result.eps_mean) == pytest.approx(float(full.eps_mean), abs=1e-7)
 
 
-def test_small_active_set_error_close_to_full():
+@pytest.mark.parametrize("d", [30, pytest.param(60, marks=pytest.mark.slow)])  # d=60: slow only (the check runs at d=30)
+def test_small_active_set_error_close_to_full(d):
     """Twonorm, n = 300, d = 30 (10%) and 60 (20%): test error (2000 points) within 1.5 points of
     the full machine's (measured: full 1.85%, d=30 2.30%, d=60 2.35%; over 3 seeds the gap was at
     most 1.25 points at d=30 and 0.5 at d=60)."""
@@ -58,13 +59,12 @@ def test_small_active_set_error_close_to_full():
     full = bm.fit(K, y)
     _, _, p = bm.predict(full, k(Xt, X), k.diag(Xt))
     err_full = np.mean((np.asarray(p) > 0.5) != (yt > 0))
-    for d in (30, 60):
-        sp = fit_sparse(K, y, active_set_size=d)
-        A = np.asarray(sp.active)
-        assert A.shape == (d,) and bool(sp.converged)
-        _, _, p = predict_sparse(sp, k(Xt, X[A]), k.diag(Xt))
-        err = np.mean((np.asarray(p) > 0.5) != (yt > 0))
-        assert err < err_full + 0.015, (d, err, err_full)
+    sp = fit_sparse(K, y, active_set_size=d)
+    A = np.asarray(sp.active)
+    assert A.shape == (d,) and bool(sp.converged)
+    _, _, p = predict_sparse(sp, k(Xt, X[A]), k.diag(Xt))
+    err = np.mean((np.asarray(p) > 0.5) != (yt > 0))
+    assert err < err_full + 0.015, (d, err, err_full)
 
 
 def test_prediction_uses_the_active_set_only(problem):
