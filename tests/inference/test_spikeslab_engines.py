@@ -134,20 +134,20 @@ def test_option_and_input_checks():
         mcmc_posterior(model, (XR,), kw, no_y)
 
 
-def test_ep_covariance_option_reaches_spike_and_slab_ep_and_is_rejected_elsewhere():
+def test_ep_covariance_option_reaches_spike_and_slab_ep_and_is_rejected_elsewhere(posteriors):
+    """On the fixture's probit problem (genes 0 and 2 relevant) and with its options, so that the
+    full-covariance fits reuse the programs the fixture compiled."""
     import probmodels
 
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(40, 12))
-    y = (X[:, 0] - X[:, 1] > 0).astype(int)
-    full = inference.ep(probmodels.spike_and_slab_probit, X, y, covariance="full", num_samples=20, progress=False)
-    fact = inference.ep(probmodels.spike_and_slab_probit, X, y, covariance="factorized", num_samples=20,
-                        progress=False)
-    default = inference.ep(probmodels.spike_and_slab_probit, X, y, num_samples=20, progress=False)
+    model, (X, y), kw = CASES["probit"]
+    opts = dict(kw, seed=1, progress=False, **FAST["ep"])
+    full = inference.ep(model, X, y, covariance="full", **opts)
+    fact = inference.ep(model, X, y, covariance="factorized", **opts)
+    default = posteriors["probit", "ep"]  # inference.ep(model, X, y, **opts)
     p_full, p_fact = full.approximation["inclusion_probability"], fact.approximation["inclusion_probability"]
     np.testing.assert_array_equal(default.approximation["inclusion_probability"], p_full)
     assert not np.allclose(p_full, p_fact)  # two different approximations ...
-    assert np.all(p_full[:2] > 0.9) and np.all(p_fact[:2] > 0.9)  # ... that agree on the relevant genes
+    assert np.all(p_full[[0, 2]] > 0.9) and np.all(p_fact[[0, 2]] > 0.9)  # ... that agree on the relevant genes
     with pytest.raises(ValueError, match="covariance"):
         inference.ep(probmodels.probit_regression, X, y, covariance="full")
 
@@ -159,8 +159,9 @@ def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch)
     within its sweep budget it is replaced by the damped run, silently (it is a default, not the
     user's setting)."""
     model, args, kw = CASES["probit"]
-    auto = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, tol=1e-9)
-    damped = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, damping=0.5, tol=1e-9)
+    # num_samples as in the fixture: its sampling program is reused (the draws are not checked here)
+    auto = inference.ep(model, *args, **kw, seed=1, progress=False, **FAST["ep"], tol=1e-9)
+    damped = inference.ep(model, *args, **kw, seed=1, progress=False, **FAST["ep"], damping=0.5, tol=1e-9)
     assert auto.diagnostics["damping_used"] == 1.0 and damped.diagnostics["damping_used"] == 0.5
     assert auto.diagnostics["anderson"] and not damped.diagnostics["anderson"]
     assert auto.diagnostics["converged"] and damped.diagnostics["converged"]
@@ -174,7 +175,7 @@ def test_default_probit_ep_starts_undamped_and_falls_back_to_damped(monkeypatch)
     monkeypatch.setattr(engines, "UNDAMPED_MAX_ITER", 2)  # the undamped run cannot converge in 2 sweeps
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # neither a fallback warning nor a non-convergence warning
-        fallback = inference.ep(model, *args, **kw, seed=1, progress=False, num_samples=50, tol=1e-9)
+        fallback = inference.ep(model, *args, **kw, seed=1, progress=False, **FAST["ep"], tol=1e-9)
     assert fallback.diagnostics["damping_used"] == 0.5 and fallback.diagnostics["converged"]
     assert not fallback.diagnostics["anderson"]
     np.testing.assert_allclose(fallback.approximation["inclusion_probability"],

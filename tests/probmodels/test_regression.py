@@ -62,7 +62,9 @@ def test_logistic_prior_scale_map_is_the_mode_of_eps_own_evidence():
         grid = mode + 0.02 * np.arange(-5, 6)
         total = []
         for phi in grid:
-            fit = inference.ep(logistic_regression, X, Y_BIN, prior_scale=float(np.exp(phi)), num_samples=10,
+            # a 0-d array, not a float: a float enters the compiled program's key (one compile per
+            # grid point), an array is an argument (one compile for the grid; the same numbers)
+            fit = inference.ep(logistic_regression, X, Y_BIN, prior_scale=np.asarray(np.exp(phi)), num_samples=10,
                                tol=1e-10, progress=False)
             total.append(fit.log_evidence + float(prior.log_prob(np.exp(phi))) + phi)
     total = np.asarray(total)
