@@ -52,10 +52,11 @@ collect_ignore = _unverified()
 
 # `make test` runs two workers with `--dist worksteal`: tests are split between them and an idle
 # worker takes pending tests from the other, so no worker is left alone with a long file at the
-# end, as with `--dist loadfile` (one file per worker). Measured on 2026-11-22: 16m09s and 17m02s
-# against 17m16s with loadfile, within run-to-run variation (loadfile: 15m56s-19m49s that day);
-# the per-test times sum to ~1870 s, so ~15.6 min is the floor on two workers. The longest files
-# (by --durations: the notebooks ~260 s, the docstrings ~170 s, ...) go first, so their tests
+# end, as with `--dist loadfile` (one file per worker). Measured on 2026-11-26 (1370 tests): the
+# per-test times sum to 4236 s and the run took 35m46s, within 1 % of that sum over two workers.
+# ~75 % of it is XLA compilation (one program per model, engine, dtype, shapes and static options),
+# so tests that fit the same thing share a fit or at least its shapes and options. The longest files
+# (by --durations: the defaults matrix ~430 s, the docstrings ~350 s, ...) go first, so their tests
 # spread over both workers from the start.
 LONG_FIRST = (
     "inference/test_defaults_matrix.py", "notebooks/test_notebooks.py", "docs/test_docstrings.py", "inference/test_stress.py",
