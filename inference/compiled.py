@@ -371,13 +371,13 @@ def check_program(model, args: tuple, kwargs: dict):
 
     closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
     out_tree = jax.tree.structure(shapes)
-    consts = list(closed.consts)
+    jaxpr, consts = _scalars_as_constants(closed.jaxpr, list(closed.consts))
     fp = fingerprint(model, args, kwargs)
-    text = str(closed.jaxpr) + str(out_tree) + repr([(np.shape(c), str(np.asarray(c).dtype)) for c in consts])
+    text = str(jaxpr) + str(out_tree) + repr([(np.shape(c), str(np.asarray(c).dtype)) for c in consts])
     key = ("check", model, None if fp is None else fp.local, sp.key, hashlib.sha256(text.encode()).hexdigest())
 
     def both(consts, arrays):  # one program: the constants version, then the traced one
-        p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(closed.jaxpr, consts))
+        p, lp_const = jax.tree.unflatten(out_tree, jax.core.eval_jaxpr(jaxpr, consts))
         a, kw = sp.rebuild(arrays)
         return lp_const, log_density(model, a, kw, p)[0]
 
@@ -386,6 +386,31 @@ def check_program(model, args: tuple, kwargs: dict):
     except TypeError:  # an unhashable key: not kept
         fn = jax.jit(both)
     return fn, consts, sp.arrays
+
+
+def _scalars_as_constants(jaxpr, consts):
+    """``(jaxpr, consts)`` with every scalar literal of the top-level equations made a constant.
+    A trace inlines a concrete scalar (a 0-d data array, a hyperparameter fixed at a design point)
+    as a literal, so the jaxpr's text, and the check's program, changed with its value: a GP
+    classifier's prediction from 17 design points compiled the check 34 times (18 s). As
+    constants the values are arguments of one program; the computation is the same."""
+    from jax.extend.core import Literal, Var
+
+    lifted, values, eqns = [], [], []
+    for eqn in jaxpr.eqns:
+        invars = []
+        for v in eqn.invars:
+            if isinstance(v, Literal) and np.ndim(v.val) == 0:
+                var = Var(v.aval)
+                lifted.append(var)
+                values.append(np.asarray(v.val, dtype=v.aval.dtype))
+                invars.append(var)
+            else:
+                invars.append(v)
+        eqns.append(eqn.replace(invars=invars) if lifted and invars != list(eqn.invars) else eqn)
+    if not lifted:
+        return jaxpr, consts
+    return jaxpr.replace(constvars=list(jaxpr.constvars) + lifted, eqns=eqns), consts + values
 
 
 # The check runs once per model and data: its program is compiled for a short compile, not a fast

@@ -72,6 +72,28 @@ def test_predict_adds_posterior_predictive(posts, data):
     assert "posterior_predictive" in post.to_arviz().children
 
 
+def test_a_second_predict_at_new_inputs_of_the_same_shape_compiles_nothing(posts):
+    """Prediction runs one kept program per model structure, the draws and new inputs as its
+    arguments (NumPyro's eager ``Predictive`` compiled its scan on every call, ~0.35 s each:
+    a hyper='integrate' fit predicting one group per design point paid it 17 times). The second
+    call's draws are those of its own inputs."""
+    import jax
+
+    post = posts["laplace"]
+    post.predict(np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]), noise_scale=0.5)
+    compiles = []
+    listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    X_new = np.array([[-3.0, 1.0], [0.5, -2.0], [1.0, 1.0]])
+    try:
+        y_pred = post.predict(X_new, noise_scale=0.5, seed=2)["y"].values
+    finally:
+        jax._src.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    se = np.sqrt(0.25 + np.diag(X_new @ np.cov(post.flat_samples()["w"].T) @ X_new.T)) / np.sqrt(post.num_draws)
+    assert np.all(np.abs(y_pred.mean(axis=(0, 1)) - X_new @ post.mean("w")) < 5 * se)
+
+
 def test_predict_after_load_with_model(posts, tmp_path):
     post = posts["laplace"]
     post.save(tmp_path / "p.nc")
