@@ -27,7 +27,7 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer import SVI, Trace_ELBO, init_to_uniform, init_to_value
 from numpyro.infer import autoguide
 from numpyro.infer.util import log_density
 from numpyro.optim import optax_to_numpyro
@@ -155,52 +155,67 @@ def vi(
     white = whiten.sites(trace) if isinstance(guide, str) and starts is None else []
     fit_model = whiten.whitened(model, white) if white else model
 
-    # a data-driven start (mixtures, HMMs): the kept programs never read the guide's start (its
-    # parameters come in the state); svi.init below sets it, with a guide built for this data
-    data_start = isinstance(guide, str) and (callable(getattr(model, "init_values", None))
-                                             or _model.has_site_init(trace))
-
     def build(model_inputs):
-        """Guide, SVI and the compiled ELBO steps and draws, for one model structure."""
-        g = guide
-        if isinstance(g, str):
-            g = GUIDES[g](fit_model, init_loc_fn=_model.site_init(init_to_prior_mean) if data_start else _model.init_strategy(
-                model, args, kwargs, seed, init_to_prior_mean))
+        """The jitted programs of one model structure: start, chunk of ELBO steps and draws."""
         optim = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate) if tunable else optimizer
-        svi = SVI(fit_model, g, optax_to_numpyro(optim), Trace_ELBO(num_particles=num_particles))
+        loss = Trace_ELBO(num_particles=num_particles)
+        if not isinstance(guide, str):  # a guide the user built: set up eagerly, as NumPyro does
+            svi = SVI(fit_model, guide, optax_to_numpyro(optim), loss)
+
+            def init(key, data, values):  # eager, on this call's data
+                a, kw = model_inputs(data)
+                return svi.init(key, *a, **kw)
+
+            def traced_svi():
+                return svi
+        else:
+            # A named guide is built and set up inside each program's own trace, never eagerly:
+            # NumPyro's eager set-up (a prototype trace, the potential's value and gradient at the
+            # start) ran op by op, one compilation each (~330 of them, ~17 s, of a Gaussian
+            # mixture's first VI fit in a new process). Its parameter names do not depend on the
+            # instance, so every program reads the same state. In the steps and the draws the
+            # set-up's start is unused (the parameters come in the state) and compiled away.
+            def traced_svi(loc_fn=init_to_uniform, key=None, a=None, kw=None):
+                g = GUIDES[guide](fit_model, init_loc_fn=loc_fn)
+                svi = SVI(fit_model, g, optax_to_numpyro(optim), loss)
+                return svi, svi.init(jax.random.PRNGKey(0) if key is None else key, *a, **kw)
+
+            @jax.jit
+            def init(key, data, values):  # the start: the model's own (values) or each site's
+                a, kw = model_inputs(data)
+                loc_fn = init_to_value(values=values) if values is not None else start_strategy
+                return traced_svi(loc_fn, key, a, kw)[1]
+
+        def svi_for(a, kw):
+            return traced_svi(a=a, kw=kw)[0] if isinstance(guide, str) else traced_svi()
 
         @jax.jit
         def run_chunk(state, data):
             a, kw = model_inputs(data)
+            svi = svi_for(a, kw)
             return lax.scan(lambda s, _: svi.update(s, *a, **kw), state, None, length=check_every)
 
-        return _Programs(g, svi, run_chunk, _draw_fn(model, g, model_inputs, num_samples, fit_model, white))
+        return _Programs(init, run_chunk, _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white))
 
+    start_strategy = _model.site_init(init_to_prior_mean)
     if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
         data = sharding.prepare(model, args, kwargs, trace, mesh)
         progs = build(lambda d: sharding.merge_data(args, kwargs, d))
     else:  # kept per model structure and options, the data passed as arguments
-        opts = (guide, optimizer, learning_rate, num_particles, check_every, num_samples, data_start)
+        opts = (guide, optimizer, learning_rate, num_particles, check_every, num_samples)
         # the draws' program is kept on disk too; the ELBO steps' state (optimizer NamedTuples)
         # cannot be exported
         progs, data = compiled.get("vi", model, args, kwargs, opts,
                                    lambda rebuild: build(lambda arrays: rebuild(arrays)), persist=("draw",))
-    guide, svi, run_chunk = progs.guide, progs.svi, progs.run_chunk
     key, draw_key = jax.random.split(jax.random.PRNGKey(seed))
-    if data_start:  # kept programs, this data's start (a closure over it recompiled every fit: 3.5 s of a
-        # warm 150-point HMM refit's 4.6 s)
-        if guide.prototype_trace is None:  # the kept guide is set up eagerly, never inside a trace
-            svi.init(key, *args, **kwargs)
-        start = GUIDES[guide_name](fit_model, init_loc_fn=_model.init_strategy(model, args, kwargs, seed,
-                                                                                init_to_prior_mean))
-        state = SVI(fit_model, start, svi.optim, svi.loss).init(key, *args, **kwargs)
-    else:
-        state = svi.init(key, *args, **kwargs)
+    # this data's start, from the kept program (the model's starting values, when it offers them,
+    # as arguments: a closure over them recompiled every fit, 3.5 s of a warm 150-point HMM refit)
+    state = progs.init(key, data, None if starts is None else {k: jnp.asarray(v) for k, v in starts.items()})
 
     losses, level, prev, converged, done = [], 0, None, False, 0
     bar = _progress_bar(progress, steps)
     while done < steps:
-        state, chunk = run_chunk(state, data)
+        state, chunk = progs.run_chunk(state, data)
         chunk = np.asarray(chunk)
         done += check_every
         losses.append(chunk)
@@ -226,8 +241,8 @@ def vi(
     if not converged:
         warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
                       skip_file_prefixes=_options.INTERNAL)
-    params = svi.get_params(state)
-    values, log_q, lp = progs.draw(params, draw_key, data)
+    _, (raw, _) = state.optim_state  # numpyro's optax wrapper keeps (step, (params, optax_state))
+    params, values, log_q, lp = progs.draw(raw, draw_key, data)
     flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)
     samples, loglik, observed = _model.finish_samples(
         model, flat, args, kwargs, jax.random.fold_in(draw_key, 7), 1, trace=trace
@@ -235,7 +250,8 @@ def vi(
     log_w = lp - log_q
     elbo = float(np.mean(log_w))
     trace_elbo = -np.concatenate(losses)
-    is_log_ev = float(jax.scipy.special.logsumexp(log_w) - np.log(len(log_w)))
+    top = np.max(log_w)  # NumPy: the eager JAX logsumexp compiled 14 small programs in a new process
+    is_log_ev = float(top + np.log(np.mean(np.exp(log_w - top)))) if np.isfinite(top) else float(top)
     diagnostics = {
         "converged": convergence.vi(converged, elbo), "elbo": elbo,
         "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
@@ -265,26 +281,30 @@ def _set_learning_rate(state, lr):
 
 
 class _Programs(NamedTuple):
-    """What a VI fit compiles, kept per model structure: the guide, SVI, the jitted chunk of ELBO
-    steps ``run_chunk(state, data)`` and the jitted draws ``draw(params, key, data)``."""
+    """What a VI fit compiles, kept per model structure: the start ``init(key, data, values)``
+    (SVI's state; ``values``: the model's own starting values or None), the chunk of ELBO steps
+    ``run_chunk(state, data)`` and the draws ``draw(raw_params, key, data)`` (the constrained
+    parameters, draws of the latent sites, log q and the log joint)."""
 
-    guide: object
-    svi: object
+    init: Callable
     run_chunk: Callable
     draw: Callable
 
 
-def _draw_fn(model, guide, model_inputs, num_samples, fit_model, white):
+def _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white):
     """Draws of the model's latent sites from the guide (fitted to ``fit_model``: ``model``, or
     ``model`` with the sites ``white`` whitened), with log q and the model's log joint at each
-    (both densities in the constrained space of ``model``'s latent sites)."""
+    (both densities in the constrained space of ``model``'s latent sites). ``svi_for(args,
+    kwargs)``: the SVI whose guide draws (set up in the draws' own trace for a named guide)."""
 
     def latent_names(m, a, kw):
         return [n for n, s in handlers.trace(handlers.seed(m, 0)).get_trace(*a, **kw).items()
                 if s["type"] == "sample" and not s["is_observed"]]
 
-    def draw(params, key, data):
+    def draw(raw_params, key, data):
         a, kw = model_inputs(data)
+        svi = svi_for(a, kw)
+        guide, params = svi.guide, svi.constrain_fn(raw_params)
         latent = latent_names(model, a, kw)
         fit_latent = latent if fit_model is model else latent_names(fit_model, a, kw)
 
@@ -310,7 +330,7 @@ def _draw_fn(model, guide, model_inputs, num_samples, fit_model, white):
             log_det = whiten.log_abs_det(model, a, kw, values, white)
             return values, log_q - log_det, lp_z - log_det
 
-        return jax.vmap(one)(jax.random.split(key, num_samples))
+        return (params,) + tuple(jax.vmap(one)(jax.random.split(key, num_samples)))
 
     return jax.jit(draw)
 

@@ -89,6 +89,53 @@ def test_vi_elbo_is_a_lower_bound(data):
     assert post.diagnostics["converged"]
 
 
+def test_a_guide_instance_refit_on_new_data_gives_the_new_answer(data):
+    """A guide the user built is kept with the programs of its model structure: a second fit on
+    new data of the same shapes starts from and fits the new data (its state comes from this
+    call's data, not the first call's)."""
+    from numpyro.infer.autoguide import AutoMultivariateNormal
+
+    X, y = data
+    guide = AutoMultivariateNormal(probmodels.linear_regression)
+    opts = dict(noise_scale=0.7, guide=guide, seed=0, num_samples=2000, progress=False)
+    inference.vi(probmodels.linear_regression, X, y, **opts)
+    y2 = X @ np.array([-1.5, 0.4, 2.0]) + 0.7 * np.random.default_rng(7).normal(size=N)
+    post = inference.vi(probmodels.linear_regression, X, y2, **opts)
+    exact = conjugate.linear_regression_posterior(X, y2, noise_scale=0.7)
+    sd = np.sqrt(np.diag(exact.cov))
+    assert np.all(np.abs(post.mean("w") - exact.mean) < 0.15 * sd)
+
+
+def test_a_named_guide_is_set_up_inside_the_compiled_programs():
+    """NumPyro sets an autoguide up eagerly: a trace of the model and the potential's value and
+    gradient at the start, op by op, one compilation per operation and shape (a linear
+    regression's first VI fit in a new process compiled 174 programs, a Gaussian mixture's ~540,
+    ~17 s). A named guide is set up inside the fit's own programs, so a fit at shapes no earlier
+    fit used compiles a handful of programs (5, or 11 as the first fit in a new process; 88 and
+    174 when set up eagerly), and is right."""
+    import jax
+    import jax.numpy as jnp
+
+    def model(X, y=None):
+        w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 2.0).to_event(1))
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        numpyro.sample("y", dist.Normal(X @ w, s), obs=y)
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(53, 11))
+    y = X @ np.linspace(-1, 1, 11) + 0.5 * rng.normal(size=53)
+    compiles = []
+    listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        post = inference.vi(model, X, y, steps=2000, num_samples=500, seed=0, progress=False)
+    finally:
+        jax._src.monitoring.unregister_event_duration_listener(listener)
+    assert len(compiles) <= 25, len(compiles)
+    w_ls = np.linalg.lstsq(X, y, rcond=None)[0]  # the data overwhelm the N(0, 2^2) prior
+    assert np.all(np.abs(post.mean("w") - w_ls) < 0.1) and abs(post.mean("s") - 0.5) < 0.15
+
+
 def beta_bernoulli(y=None, n=10):
     theta = numpyro.sample("theta", dist.Beta(1.0, 1.0))
     numpyro.sample("y", dist.Bernoulli(theta).expand([n]), obs=y)
