@@ -398,16 +398,16 @@ def _scalars_as_constants(jaxpr, consts):
 
     lifted, values, eqns = [], [], []
     for eqn in jaxpr.eqns:
-        invars = []
-        for v in eqn.invars:
-            if isinstance(v, Literal) and np.ndim(v.val) == 0:
-                var = Var(v.aval)
-                lifted.append(var)
-                values.append(np.asarray(v.val, dtype=v.aval.dtype))
-                invars.append(var)
-            else:
-                invars.append(v)
-        eqns.append(eqn.replace(invars=invars) if lifted and invars != list(eqn.invars) else eqn)
+        scalars = [i for i, v in enumerate(eqn.invars) if isinstance(v, Literal) and np.ndim(v.val) == 0]
+        if not scalars:
+            eqns.append(eqn)
+            continue
+        invars = list(eqn.invars)
+        for i in scalars:
+            lifted.append(Var(invars[i].aval))
+            values.append(np.asarray(invars[i].val, dtype=invars[i].aval.dtype))
+            invars[i] = lifted[-1]
+        eqns.append(eqn.replace(invars=invars))
     if not lifted:
         return jaxpr, consts
     return jaxpr.replace(constvars=list(jaxpr.constvars) + lifted, eqns=eqns), consts + values
