@@ -182,6 +182,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
 
     bar = Bar(show, max_iter, f"distributed EP ({num_shards} shards, {local_engine})")
     tilted = _with_cavity(model, name)
+    recognised = [None] * num_shards  # each shard's EP recognition (local_engine="ep")
     for it in range(1, max_iter + 1):
         new_Q, new_r = Qk.copy(), rk.copy()
         for k in range(num_shards):
@@ -196,8 +197,10 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
             kw = {**kw, "_cavity_mean": cav_mean, "_cavity_cov": cav_cov}
             with warnings.catch_warnings(), jax.default_device(placement[k]):
                 warnings.simplefilter("ignore")
-                if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation
-                    m_t, S_t, local_log_z, _ = gaussian_fit(tilted, a, kw, seed=seed, **ep_opts)
+                if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation; the
+                    # shard's model is read once, each cavity then only changes the EP problem's prior
+                    m_t, S_t, local_log_z, _, recognised[k] = gaussian_fit(
+                        tilted, a, kw, seed=seed, prior=(cav_mean, cav_cov), recognised=recognised[k], **ep_opts)
                 else:
                     post = engine_fn(tilted, *a, seed=seed + 7919 * it + k, **opts, **kw)
                     m_t, S_t = _tilted_moments(post, local_engine, name)

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 
@@ -26,7 +27,7 @@ from inference._model import finish_samples, log_joint, observed_sites, trace_mo
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
-from inference.ep.recognise import recognise
+from inference.ep.recognise import recognise, working_space
 from inference.ep.state import EPState
 from inference.ep.update import init, run_arguments, sweeps
 from inference.hyper import sites as hyper_sites
@@ -225,18 +226,30 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         model_kwargs=dict(kwargs), seed=seed)
 
 
-def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200, seed=0):
+def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200, seed=0,
+                 prior=None, recognised=None):
     """EP's Gaussian approximation of the latent vector only, without draws or a `Posterior`:
-    ``(mean, cov, log_evidence or None, converged)``. For methods built on EP (distributed EP),
-    which call it many times on the same structure (one compilation)."""
-    trace = trace_model(model, args, kwargs, seed=seed)
-    rec = recognise(model, args, kwargs, trace, seed=seed)
+    ``(mean, cov, log_evidence or None, converged, recognition)``. For methods built on EP
+    (distributed EP), which call it many times on the same structure (one compilation).
+
+    ``prior=(m0, S0)`` replaces the latent's Gaussian prior, and ``recognised`` (the recognition
+    a previous call returned, of the same model and data) skips reading the model again: the
+    likelihood's projections, site kinds and constants do not depend on the prior, so a loop that
+    changes only the prior (distributed EP's cavities) traces and recognises once, not per call."""
+    if recognised is None:
+        trace = trace_model(model, args, kwargs, seed=seed)
+        recognised = recognise(model, args, kwargs, trace, seed=seed)
+    rec = recognised
+    if prior is not None:
+        m0, S0 = (np.asarray(x, float) for x in prior)
+        problem, latent_map = working_space(rec.A, rec.b, m0, S0, rec.problem.groups, rec.blocks)
+        rec = dataclasses.replace(rec, problem=problem, latent_map=latent_map, m0=m0, S0=S0)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, _, _, change = _iterate(rec.problem, schedule, damping, tol, max_iter, False)
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
-    return mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z)
+    return mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z), recognised
 
 
 def _refuse_hyperparameters(trace) -> None:

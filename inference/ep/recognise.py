@@ -153,7 +153,7 @@ def recognise(model, args, kwargs, trace, seed: int = 0, num_points: int = 96) -
         raise ValueError(f"no observed site depends on the latent sites {[b.name for b in blocks]}")
     A = np.concatenate(rows)
     b = np.concatenate(offsets)
-    problem, latent_map = _working_space(A, b, m0, S0, groups, blocks)
+    problem, latent_map = working_space(A, b, m0, S0, groups, blocks)
     return Recognised(problem, latent_map, blocks, m0, S0, A, b, const_ll, kinds)
 
 
@@ -286,7 +286,9 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
     return SiteGroup("quadrature", {"consts": per, "shared": shared}, n, site_link, num_points), A, b
 
 
-def _working_space(A, b, m0, S0, groups, blocks):
+def working_space(A, b, m0, S0, groups, blocks):
+    """The EP problem and latent map of projections ``A``, ``b`` under the prior ``N(m0, S0)``:
+    weight space when there are more sites than latent coordinates, else function space."""
     dt = _float()
     N, D = A.shape
     offset = b + A @ m0
