@@ -36,14 +36,15 @@ def has_site_init(trace) -> bool:
                for s in trace.values())
 
 
-def start_values(model, args, kwargs, seed: int = 0) -> dict:
-    """The latent sites' values at the start `site_init` gives (a prior draw for a site without a
-    declared start), constrained, by site: what a fit can be compared with (mixture diagnostics).
-    One program kept per model structure (`inference.compiled`): run eagerly, a Gaussian
+def start_values(model, args, kwargs, seed: int = 0, default=None) -> dict:
+    """The latent sites' values at the start `site_init` gives (``default``, a NumPyro init
+    strategy, for a site without a declared start; None: a prior draw), constrained, by site:
+    what a fit can be compared with (mixture diagnostics), or an engine's start. One program
+    kept per model structure and ``default`` (`inference.compiled`): run eagerly, a Gaussian
     mixture's start compiled ~60 operations one by one (~2 s) after every first fit."""
     from inference import compiled
 
-    strategy = site_init(lambda site: None)  # None: the site samples as usual
+    strategy = site_init(default or (lambda site: None))  # None: the site samples as usual
 
     def build(rebuild):
         def run(arrays, key):
@@ -54,7 +55,7 @@ def start_values(model, args, kwargs, seed: int = 0) -> dict:
 
         return jax.jit(run)
 
-    return compiled.call("start", model, args, kwargs, (), build, jax.random.PRNGKey(seed))
+    return compiled.call("start", model, args, kwargs, (default,), build, jax.random.PRNGKey(seed))
 
 
 def init_values(model, args, kwargs, seed):
