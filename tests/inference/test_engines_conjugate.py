@@ -136,7 +136,8 @@ def test_a_named_guide_is_set_up_inside_the_compiled_programs():
     assert np.all(np.abs(post.mean("w") - w_ls) < 0.1) and abs(post.mean("s") - 0.5) < 0.15
 
 
-def test_vi_traces_a_declared_start_once_and_starts_there():
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_vi_traces_a_declared_start_once_and_starts_there(dtype):
     """A site's declared start (`inference.latent.Start`, e.g. a mixture's k-means) comes from its
     own kept program; inside the guide's set-up NumPyro traced it twice (its transforms, then its
     validity loop), 2.6 s instead of 0.7 s of compilation for a Gaussian mixture. The fit starts
@@ -155,7 +156,11 @@ def test_vi_traces_a_declared_start_once_and_starts_there():
         mu = numpyro.sample("mu", dist.Normal(jnp.zeros(2), 100.0).to_event(1), infer={"init": Start(start, "far")})
         numpyro.sample("y", dist.Normal(mu, 50.0).to_event(1), obs=y)
 
-    post = inference.vi(model, np.zeros(2), steps=20, num_samples=10, seed=0, progress=False)
+    import jax
+
+    with jax.enable_x64(dtype == "float64"):
+        post = inference.vi(model, np.zeros(2), steps=20, num_samples=10, seed=0, progress=False)
+    assert post.samples["mu"].dtype == np.dtype(dtype)
     assert len(calls) == 2, len(calls)  # the fit's start, and the fingerprint of the model's program (3 before)
     assert np.all(post.mean("mu") > 30.0)  # 20 Adam steps of 0.01 from 40 (0 from the prior mean)
 
