@@ -57,7 +57,7 @@ def child(model_name: str, sampler: str) -> dict:
     steps = STEPS
     if sampler == "ours":
         post = inference.vi(model, *args, progress=False, **kwargs)
-        steps = int(post.diagnostics.get("steps", post.diagnostics.get("num_steps", -1)))
+        steps = int(post.diagnostics["steps"])
     else:
         guide = AutoNormal(model)
         svi = SVI(model, guide, numpyro.optim.Adam(0.01), Trace_ELBO())
