@@ -13,8 +13,10 @@ is taken once per engine call (`scoped`).
 
 A model may treat concrete and traced data differently: an input check that recodes labels
 ({-1, +1} to {0, 1}) when they are concrete steps aside under tracing. So the data are passed as
-arguments only after `traceable` found the model's log joint at a draw the same with the data
-concrete and traced; otherwise they stay constants and the step is compiled per call, as a plain
+arguments only after `traceable` found the model's log joint the same with the data concrete and
+traced: the same program once what does not depend on the latents is compared by value
+(`same_program`, no compilation for the library's models), or else the same number at a draw (a
+compiled check); otherwise they stay constants and the step is compiled per call, as a plain
 NumPyro engine does. The verdict depends on the data's values, so it is kept per fingerprint,
 structure and digest of the data's contents. Nothing here is written to disk (`inference.exported`
 keeps programs across processes when the persistent cache is switched on).
@@ -317,8 +319,9 @@ def get(tag: str, model, args: tuple, kwargs: dict, options: tuple, build: Calla
 
 def traceable(model, args: tuple, kwargs: dict) -> bool:
     """Whether ``model`` gives the same log joint with its array arguments traced as with them
-    concrete, at a draw of its own latents. Kept per fingerprint, structure and data contents
-    (data over `MAX_HASHED_BYTES` are checked on every call)."""
+    concrete: the same program (`same_program`) or else the same value at a point of its latents
+    (`check_program`). Kept per fingerprint, structure and data contents (data over
+    `MAX_HASHED_BYTES` are checked on every call)."""
     sp = split(args, kwargs)
     if not sp.arrays:
         return True
@@ -332,16 +335,218 @@ def traceable(model, args: tuple, kwargs: dict) -> bool:
         _CACHE.move_to_end(key)
         return _CACHE[key]
     try:
-        fn, consts, arrays = check_program(model, args, kwargs)
-        concrete, lazy = (np.asarray(v) for v in _check_executable(fn, consts, arrays)(consts, arrays))
-    except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
+        ok = same_program(model, args, kwargs)
+    except Exception:  # noqa: BLE001 - no verdict from the programs' text: the numbers decide
         ok = False
-    else:
-        rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
-        ok = bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
+    if not ok:
+        try:
+            fn, consts, arrays = check_program(model, args, kwargs)
+            concrete, lazy = (np.asarray(v) for v in _check_executable(fn, consts, arrays)(consts, arrays))
+        except Exception:  # noqa: BLE001 - any failure means: keep the data concrete
+            ok = False
+        else:
+            rtol = 1e-6 if jax.config.jax_enable_x64 else 1e-4  # rounding differs between programs
+            ok = bool(np.allclose(concrete, lazy, rtol=rtol, atol=1e-8, equal_nan=True))
     if digest is not None:
         _keep(key, ok)
     return ok
+
+
+def same_program(model, args: tuple, kwargs: dict) -> bool:
+    """Whether ``model``'s log joint, as a function of its latents, is the same program with the
+    data concrete as with the data traced, up to what does not depend on the latents: the same
+    equations on equal inputs (`_Folded`). Then both compute the same numbers on these data and
+    `traceable` needs no compiled check (0.3-2 s of a first fit). ``False`` says only that the
+    programs differ (a model that recodes its data with NumPy); the numbers then decide."""
+    import jax.numpy as jnp
+    from numpyro.infer.util import log_density
+
+    sp = split(args, kwargs)
+    concrete_args, concrete_kwargs = _fresh(args, kwargs)
+    point = jax.eval_shape(lambda: _point(model, concrete_args, concrete_kwargs))
+    constant = jax.make_jaxpr(lambda p: log_density(model, concrete_args, concrete_kwargs, p)[0])(point)
+    fp = fingerprint(model, args, kwargs)
+    key = ("same-program", model, None if fp is None else fp.local, sp.key, jax.tree.structure(point),
+           tuple((s.shape, str(s.dtype)) for s in jax.tree.leaves(point)))
+    traced = _CACHE.get(key) if fp is not None else None  # the data's values are not in it
+    if traced is None:
+        traced = jax.make_jaxpr(lambda p, arrays: log_density(model, *sp.rebuild(arrays), p)[0])(point, sp.arrays)
+        if fp is not None:
+            _keep(key, traced)
+    num_latent = len(jax.tree.leaves(point))
+    data = {v: jnp.asarray(x, v.aval.dtype) for v, x in zip(traced.jaxpr.invars[num_latent:], sp.arrays)}
+    a = _Folded(constant.jaxpr, dict(zip(constant.jaxpr.constvars, constant.consts)))
+    b = _Folded(traced.jaxpr, {**dict(zip(traced.jaxpr.constvars, traced.consts)), **data})
+    if a.text != b.text or len(a.inputs) != len(b.inputs):
+        return False
+    differ: dict = {}
+    for u, v in zip(a.inputs, b.inputs):
+        _frontier(a, b, u, v, differ, set())
+    if not differ:
+        return True
+    pairs = list(differ.values())
+    for x, y in zip(a.values([u for u, _ in pairs]), b.values([v for _, v in pairs])):
+        x, y = np.asarray(x), np.asarray(y)  # different expressions or contents: the values decide
+        if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=True):
+            return False
+    return True
+
+
+def _frontier(a: "_Folded", b: "_Folded", u, v, differ: dict, seen: set) -> None:
+    """Adds to ``differ`` the pairs of known values below ``u`` (of ``a``) and ``v`` (of ``b``)
+    where their expressions first part (a constant against an equation, different operations);
+    above them both apply the same operations, so equal values there mean equal values here
+    (compared by value, a rounding difference between NumPy and XLA would fail the comparison)."""
+    from jax.extend.core import Literal
+
+    stack = [(u, v)]
+    while stack:
+        u, v = stack.pop()
+        pair = tuple(id(x) if isinstance(x, Literal) else x for x in (u, v))  # literals: unhashable
+        if pair in seen or a._id(u) == b._id(v):
+            continue
+        seen.add(pair)
+        p = None if isinstance(u, Literal) else a.producer.get(u)
+        q = None if isinstance(v, Literal) else b.producer.get(v)
+        if (p is not None and q is not None and p.primitive is q.primitive and len(p.invars) == len(q.invars)
+                and p.outvars.index(u) == q.outvars.index(v) and a.parts[id(p)] == b.parts[id(q)]):
+            stack.extend(zip(p.invars, q.invars))
+        else:
+            differ[pair] = (u, v)
+
+
+class _Folded:
+    """A jaxpr split into what depends on its unknown inputs (``text``: those equations, with the
+    values they take from the rest, scalar literals included, as constants ``inputs`` in order of
+    first use) and what does not, which is not evaluated: each such value gets an id (a digest of
+    a known input's contents, or of the equation and its inputs' ids), so equal ids mean equal
+    values, and `values` evaluates some on demand. Two programs that compute the same function
+    of their unknown inputs through the same equations give the same text."""
+
+    def __init__(self, jaxpr, known: dict):
+        from jax.extend.core import Literal, Var
+
+        self.jaxpr, self.known, self.producer, self.order, self.parts = jaxpr, dict(known), {}, [], {}
+        self.ids = {v: "v" + _digest([("", np.asarray(x))]) for v, x in known.items()}
+        rest = []
+        for eqn in jaxpr.eqns:
+            if not eqn.effects and all(isinstance(v, Literal) or v in self.ids for v in eqn.invars):
+                self.order.append(eqn)
+                parts = [eqn.primitive.name, str(eqn.params), _nested_constants(eqn.params)]
+                self.parts[id(eqn)] = parts[1:]
+                parts += [self._id(v) for v in eqn.invars]
+                key = hashlib.sha256("|".join(parts).encode()).hexdigest()
+                for i, out in enumerate(eqn.outvars):
+                    self.ids[out], self.producer[out] = f"{key}:{i}", eqn
+            else:
+                rest.append(eqn)
+        used: dict = {}  # known variable or lifted literal -> its constant, in order of first use
+        eqns = []
+        for eqn in rest:
+            invars = list(eqn.invars)
+            for i, v in enumerate(invars):
+                if isinstance(v, Literal) and np.ndim(v.val) == 0:
+                    var = Var(v.aval)
+                    self.ids[var], self.known[var] = self._id(v), v.val
+                    invars[i] = used.setdefault(var, var)
+                elif not isinstance(v, Literal) and v in self.ids:
+                    used.setdefault(v, v)
+            eqns.append(eqn.replace(invars=invars))
+        for v in jaxpr.outvars:
+            if not isinstance(v, Literal) and v in self.ids:
+                used.setdefault(v, v)
+        self.inputs = list(used)
+        unknown = [v for v in jaxpr.invars if v not in known]
+        self.text = str(jaxpr.replace(constvars=self.inputs, invars=unknown, eqns=eqns, debug_info=None))
+        self.text += "".join(_nested_constants(eqn.params) for eqn in eqns)  # not in the text above
+
+    def _id(self, v) -> str:
+        from jax.extend.core import Literal
+
+        if isinstance(v, Literal):
+            return f"l{v.aval.dtype}:{np.asarray(v.val).tobytes().hex()}"
+        return self.ids[v]
+
+    def values(self, variables: list) -> list:
+        """The values of known variables. Those computed by equations come from one program of
+        just those equations, compiled for a short compile (`CHECK_COMPILER_OPTIONS`) and kept
+        per its text, so a refit on new data reuses it (op by op, each operation compiled apart,
+        a GP classifier's kernel took 1 s)."""
+        from jax.extend.core import Literal
+
+        needed, stack = set(), [v for v in variables if not isinstance(v, Literal) and v not in self.known]
+        while stack:
+            eqn = self.producer[stack.pop()]
+            if id(eqn) not in needed:
+                needed.add(id(eqn))
+                stack.extend(u for u in eqn.invars if not isinstance(u, Literal) and u not in self.known)
+        if not needed:
+            return [v.val if isinstance(v, Literal) else self.known[v] for v in variables]
+        eqns = [eqn for eqn in self.order if id(eqn) in needed]
+        leaves = list({u: None for eqn in eqns for u in eqn.invars
+                       if not isinstance(u, Literal) and u in self.known})
+        leaves += [v for v in variables if not isinstance(v, Literal) and v in self.known and v not in leaves]
+
+        sub = self.jaxpr.replace(constvars=[], invars=leaves, outvars=list(variables), eqns=eqns, debug_info=None)
+        arguments = [self.known[u] for u in leaves]
+        key = ("same-values", str(sub) + "".join(_nested_constants(eqn.params) for eqn in eqns),
+               tuple((np.shape(x), str(np.asarray(x).dtype)) for x in arguments))
+        program = _CACHE.get(key)  # a refit on new data reuses it
+        if program is None:
+            lowered = jax.jit(lambda xs: jax.core.eval_jaxpr(sub, [], *xs)).lower(arguments)
+            try:
+                program = lowered.compile(compiler_options=CHECK_COMPILER_OPTIONS)
+            except Exception:  # noqa: BLE001 - an option this backend does not know
+                program = lowered.compile()
+            _keep(key, program)
+        else:
+            _CACHE.move_to_end(key)
+        return program(arguments)
+
+
+def _nested_constants(params) -> str:
+    """A digest of the constants of the closed jaxprs inside an equation's parameters (a nested
+    program's, a custom derivative's), which its printed text leaves out; ``""`` when none."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    found = []
+
+    def visit(x):
+        if isinstance(x, (ClosedJaxpr, Jaxpr)):  # one class since jax 0.10
+            found.extend(np.asarray(c) for c in getattr(x, "consts", ()) if isinstance(c, (np.ndarray, jax.Array, np.generic)))
+            inner = getattr(x, "jaxpr", x)
+            for eqn in inner.eqns:
+                visit(eqn.params)
+        elif isinstance(x, dict):
+            for value in x.values():
+                visit(value)
+        elif isinstance(x, (tuple, list)):
+            for value in x:
+                visit(value)
+
+    visit(params)
+    return _digest(enumerate(found)) if found else ""
+
+
+def _point_trace(model, args: tuple, kwargs: dict):
+    """A trace of ``model`` at a point of its latents: uniform in the unconstrained space (any
+    point in the support serves, and a Gamma / Beta / Dirichlet prior's compiled sampler cost
+    seconds: ~2 s of a linear regression's first VI fit), or a prior draw for a support without
+    a bijection."""
+    from numpyro import handlers
+    from numpyro.infer import init_to_uniform
+
+    seeded = handlers.seed(model, rng_seed=0)
+    try:
+        return handlers.trace(handlers.substitute(seeded, substitute_fn=init_to_uniform)).get_trace(*args, **kwargs)
+    except (NotImplementedError, ValueError):  # a support without a bijection: a prior draw
+        return handlers.trace(seeded).get_trace(*args, **kwargs)
+
+
+def _point(model, args: tuple, kwargs: dict) -> dict:
+    """The latents' values at `_point_trace`'s point, by name."""
+    trace = _point_trace(model, args, kwargs)
+    return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
 
 
 def check_program(model, args: tuple, kwargs: dict):
@@ -350,24 +555,14 @@ def check_program(model, args: tuple, kwargs: dict):
     and with the data traced. The concrete data become the jaxpr's constants ``consts``, passed as
     arguments, so the program is kept per text of that jaxpr: new data of the same shapes that the
     model handles the same way reuse it."""
-    from numpyro import handlers
-    from numpyro.infer import init_to_uniform
     from numpyro.infer.util import log_density
 
     sp = split(args, kwargs)
     args, kwargs = _fresh(args, kwargs)
 
     def with_constants():  # the model sees its concrete data: a point and its log joint, one trace
-        # a uniform point of the unconstrained space, not a prior draw: the comparison needs any
-        # point in the support, and a Gamma / Beta / Dirichlet prior's compiled sampler cost
-        # seconds here (~2 s of a linear regression's first VI fit)
-        seeded = handlers.seed(model, rng_seed=0)
-        try:
-            trace = handlers.trace(handlers.substitute(seeded, substitute_fn=init_to_uniform)).get_trace(*args, **kwargs)
-        except (NotImplementedError, ValueError):  # a support without a bijection: a prior draw
-            trace = handlers.trace(seeded).get_trace(*args, **kwargs)
-        p = {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
-        return p, _log_joint(trace)
+        trace = _point_trace(model, args, kwargs)
+        return {n: s["value"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}, _log_joint(trace)
 
     closed, shapes = jax.make_jaxpr(with_constants, return_shape=True)()
     out_tree = jax.tree.structure(shapes)

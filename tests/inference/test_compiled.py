@@ -206,12 +206,13 @@ def test_the_traceability_verdict_is_kept_per_data_contents(monkeypatch):
     concrete labels, checked on {0, 1} labels, kept its data as arguments for {-1, +1} labels of
     the same shape and dtype. It is kept per fingerprint, structure and data contents: the same
     data do not check again, new values do."""
-    calls = []
-    real = compiled.check_program
-    monkeypatch.setattr(compiled, "check_program", lambda *a: calls.append(a[0]) or real(*a))
+    calls, compiled_checks = [], []
+    real, real_check = compiled.same_program, compiled.check_program
+    monkeypatch.setattr(compiled, "same_program", lambda *a: calls.append(a[0]) or real(*a))
+    monkeypatch.setattr(compiled, "check_program", lambda *a: compiled_checks.append(a[0]) or real_check(*a))
     rng = np.random.default_rng(5)
     X = rng.normal(size=(30, 2))
-    y01 = (X[:, 0] > 0).astype(np.int64)
+    y01 = (X[:, 0] > 0).astype(np.int32)  # the dtype the model recodes to: the same values
     ypm = 2 * y01 - 1
     compiled.clear()
     assert compiled.traceable(_logistic, (X, y01), {}) and len(calls) == 1
@@ -219,6 +220,60 @@ def test_the_traceability_verdict_is_kept_per_data_contents(monkeypatch):
     assert compiled.traceable(_concrete_only, (X, y01), {}) and len(calls) == 2  # kept
     assert not compiled.traceable(_concrete_only, (X, ypm), {}) and len(calls) == 3  # new values: checked
     assert not compiled.traceable(_concrete_only, (X, ypm), {}) and len(calls) == 3  # the "no" is kept too
+    # the programs' text settled the first two (the recoding of {0, 1} labels changes no value);
+    # only the {-1, +1} labels, recoded to other values, needed the compiled check
+    assert compiled_checks == [_concrete_only]
+    compiled.clear()
+
+
+def _recoded_with_numpy(X, y=None):  # NumPy work on concrete data, jnp work on traced data
+    scale = np.sqrt(np.mean(np.asarray(X) ** 2)) if not isinstance(X, jax.core.Tracer) else jnp.sqrt(jnp.mean(X ** 2))
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w / scale), obs=y)
+
+
+def _shifted_with_numpy(X, y=None):  # concrete data shifted, traced data not: a different answer
+    X = np.asarray(X) + 1.0 if not isinstance(X, jax.core.Tracer) else X
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+@pytest.mark.parametrize("x64", [False, True])
+def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
+    """`compiled.same_program` (the verdict from the log joint's programs, concrete and traced,
+    with what does not depend on the latents compared by value) answers "same" only where the
+    compiled check finds the same log joint, in float32 and float64; it answers for the library's
+    models, so `traceable` compiles no check for them, and refuses a model that shifts concrete
+    data only."""
+    import probmodels
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(40, 3))
+    y01 = (X[:, 0] > 0).astype(np.int32)
+    cases = [(_logistic, (X, y01), {}, True), (_concrete_only, (X, y01), {}, True),
+             (_concrete_only, (X, 2 * y01 - 1), {}, False), (_shifted_with_numpy, (X, y01), {}, False),
+             (_recoded_with_numpy, (X, y01), {}, None),
+             (probmodels.probit_regression, (X, y01 > 0), {}, True),
+             (probmodels.gp_classifier, (X, y01 > 0), {}, True),
+             (probmodels.gaussian_mixture, (X,), {"num_components": 2}, True),
+             (probmodels.hmm, (X[:, 0],), {"num_states": 2}, True)]
+    with jax.enable_x64(x64):
+        for model, args, kwargs, expected in cases:
+            compiled.clear()
+            fn, consts, arrays = compiled.check_program(model, args, kwargs)
+            concrete, lazy = fn(consts, arrays)
+            numeric = bool(np.allclose(concrete, lazy, rtol=1e-6 if x64 else 1e-4, atol=1e-8))
+            same = compiled.same_program(model, args, kwargs)
+            assert not same or numeric, model.__name__  # "same" is never wrong
+            if expected is not None:
+                assert same == expected and numeric == expected, model.__name__
+        checks = []
+        real = compiled.check_program
+        monkeypatch.setattr(compiled, "check_program", lambda *a: checks.append(a[0]) or real(*a))
+        for model, args, kwargs, expected in cases:
+            compiled.clear()
+            assert compiled.traceable(model, args, kwargs) == bool(expected) or expected is None
+        assert set(checks) <= {_concrete_only, _shifted_with_numpy, _recoded_with_numpy}, checks
     compiled.clear()
 
 
