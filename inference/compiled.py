@@ -457,7 +457,7 @@ class _Folded:
                 used.setdefault(v, v)
         self.inputs = list(used)
         unknown = [v for v in jaxpr.invars if v not in known]
-        self.text = str(jaxpr.replace(constvars=self.inputs, invars=unknown, eqns=eqns, debug_info=None))
+        self.text = str(jaxpr.replace(constvars=self.inputs, invars=unknown, eqns=eqns))
         self.text += "".join(_nested_constants(eqn.params) for eqn in eqns)  # not in the text above
 
     def _id(self, v) -> str:
@@ -487,7 +487,7 @@ class _Folded:
                        if not isinstance(u, Literal) and u in self.known})
         leaves += [v for v in variables if not isinstance(v, Literal) and v in self.known and v not in leaves]
 
-        sub = self.jaxpr.replace(constvars=[], invars=leaves, outvars=list(variables), eqns=eqns, debug_info=None)
+        sub = self.jaxpr.replace(constvars=[], invars=leaves, outvars=list(variables), eqns=eqns)
         arguments = [self.known[u] for u in leaves]
         key = ("same-values", str(sub) + "".join(_nested_constants(eqn.params) for eqn in eqns),
                tuple((np.shape(x), str(np.asarray(x).dtype)) for x in arguments))

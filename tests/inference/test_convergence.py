@@ -10,6 +10,7 @@ coordinates and Rasmussen & Williams eq. 3.32 for the evidence, in float64 and f
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import pytest
 from arviz_stats.base import array_stats
 from numpyro.infer.util import potential_energy
@@ -185,9 +186,17 @@ def test_laplace_gp_classifier_newton_mode(gpc_reference, x64):
         loc = post.approximation["loc"]
         grad = jax.grad(lambda f: potential_energy(probmodels.gp_classifier, (X, y), {}, {"f": f}))(jnp.asarray(loc))
         u = float(potential_energy(probmodels.gp_classifier, (X, y), {}, {"f": jnp.asarray(loc)}))
+        prior = numpyro.handlers.trace(numpyro.handlers.seed(probmodels.gp_classifier, 0)).get_trace(X, y)["f"]["fn"]
+        lam_min = np.linalg.eigvalsh(np.asarray(prior.covariance_matrix, np.float64))[0]  # jitter: the dtype's
     d = post.diagnostics
     assert d["mode_finder"] == "latent-newton" and d["iterations"] <= 10 and d["converged"] is True
-    assert d["grad_norm"] == pytest.approx(float(np.linalg.norm(np.asarray(grad, float))), rel=1e-3, abs=1e-9)
+    norm = float(np.linalg.norm(np.asarray(grad, float)))
+    if x64:
+        assert d["grad_norm"] == pytest.approx(norm, rel=1e-3, abs=1e-9)
+    else:  # two float32 programs (the engine's with the data as arguments, this eager one) agree to
+        # the gradient's rounding floor, eps32 ||f|| / lambda_min(K) (K^-1 f): 0.034 here, against
+        # the pre-polish norm of 0.23 (measured 0.0977 against 0.0949)
+        assert abs(d["grad_norm"] - norm) <= float(np.finfo(np.float32).eps) * np.linalg.norm(loc) / lam_min
     eps = float(np.finfo(loc.dtype).eps)
     assert d["newton_decrement"] <= 10 * eps * max(1.0, abs(u))
     if x64:
