@@ -256,7 +256,7 @@ def _loglik_at_start(post) -> float | None:
     trace = _model.structure_trace(post.model, post.model_args, post.model_kwargs)
     if not _model.has_site_init(trace):
         return None
-    values = _model.start_values(post.model, post.model_args, post.model_kwargs, post.seed or 0)
+    values = _model.start_values(post.model, post.model_args, post.model_kwargs, post.seed or 0, trace=trace)
     ll = _model.pointwise_log_likelihood(post.model, {k: np.asarray(v)[None] for k, v in values.items()},
                                          post.model_args, post.model_kwargs)
     return float(sum(np.sum(v) for v in ll.values()))

@@ -214,7 +214,7 @@ def vi(
         # the sites' declared starts (a mixture's k-means) from their own kept program: inside the
         # guide's set-up NumPyro traces the start twice (its transforms, then its validity loop),
         # which made the start program 2.6 s of compilation instead of 0.7 (Gaussian mixture)
-        starts = _model.start_values(model, args, kwargs, seed, default=init_to_prior_mean)
+        starts = _model.start_values(model, args, kwargs, seed, default=init_to_prior_mean, trace=trace)
     state = progs.init(key, data, None if starts is None else {k: jnp.asarray(v) for k, v in starts.items()})
 
     losses, level, prev, converged, done = [], 0, None, False, 0
