@@ -634,6 +634,7 @@ def lda_problem(trace):
 
 
 def _vb_posterior(method, model, args, kwargs, trace, *, steps, num_samples, seed, progress, tol, **options):
+    trace = _model.concrete_trace(model, args, kwargs, seed)  # the priors' concrete parameters
     data, num_docs, vocab_size, alpha, eta = lda_problem(trace)
     state, diagnostics = fit(data, num_docs, vocab_size, num_topics=len(alpha), alpha=alpha, eta=eta,
                              method=method, steps=steps, tol=tol, seed=seed, progress=progress, **options)
@@ -802,7 +803,7 @@ def stochastic_vi(model, args, kwargs, trace, *, steps, num_samples, seed, progr
     full_kwargs = {k: v for k, v in kwargs.items() if k != "batch_size"}
     # concrete traces: priors and data as the model sees them, the latents at a uniform point (a
     # prior draw compiled JAX's Dirichlet sampler per shape, ~2 s each in a new process)
-    full_trace = trace if kwargs.get("batch_size") is None else _model.concrete_trace(model, args, full_kwargs, seed)
+    full_trace = _model.concrete_trace(model, args, full_kwargs, seed)
     data, num_docs, vocab_size, alpha, eta = lda_problem(full_trace)
     batch_size = kwargs.get("batch_size") or min(default_batch_size, num_docs)
     run_kwargs = {**full_kwargs, "batch_size": batch_size}

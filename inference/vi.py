@@ -128,8 +128,10 @@ def vi(
 
         _options.unsupported("spike-and-slab VI", shard_data=(shard_data, False))
         forwarded = _forwarded(vi_posterior, "spike-and-slab VI", **svi_options)
-    if method != "svi" or mesh is not None or _special.has_spike_and_slab(trace):
+    if mesh is not None or _special.has_spike_and_slab(trace):
         trace = _model.concrete_trace(model, args, kwargs, seed)  # these read concrete priors and data
+    # a family's own scheme gets the abstract trace and reads concrete values where it needs them
+    # (LDA); an eager one here ran the mixture's model op by op for a CAVI that never reads it
 
     options = dict(steps=steps, num_samples=num_samples, seed=seed, progress=progress, tol=tol)
     if method != "svi" or "svi" in methods:  # a family may refuse autoguide SVI (LDA does)
