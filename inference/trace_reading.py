@@ -53,9 +53,10 @@ def observed_sites(trace) -> dict[str, np.ndarray]:
             if site["type"] == "sample" and site["is_observed"]}
 
 
-def gaussian_prior(name, site, who: str = "EP", advice: str = ""):
-    """``(mean, cov)`` of a latent site's Gaussian prior, flattened (jnp; traceable), or a
-    ValueError naming the site (``who`` needs Gaussian latents; ``advice`` says what to do)."""
+def check_gaussian_prior(name, site, who: str = "EP", advice: str = ""):
+    """The Gaussian prior of a latent site (its distribution, unwrapped), or a ValueError naming
+    the site (``who`` needs Gaussian latents; ``advice`` says what to do). Reads types only, so
+    an abstract trace (`inference._model.structure_trace`) serves."""
     fn = site["fn"]
     base = unwrap(fn)
     tail = f"; {advice}" if advice else ""
@@ -65,6 +66,13 @@ def gaussian_prior(name, site, who: str = "EP", advice: str = ""):
     if not isinstance(base, GAUSSIAN_PRIORS):
         raise ValueError(f"latent site {name!r} has a {type(base).__name__} prior; {who} needs a Gaussian prior "
                          f"(Normal / MultivariateNormal) on every latent site: fix its value as a model argument{tail}")
+    return base
+
+
+def gaussian_prior(name, site, who: str = "EP", advice: str = ""):
+    """``(mean, cov)`` of a latent site's Gaussian prior, flattened (jnp; traceable), or a
+    ValueError naming the site (`check_gaussian_prior`)."""
+    base = check_gaussian_prior(name, site, who, advice)
     shape = jnp.shape(site["value"])
     mean = jnp.ravel(jnp.broadcast_to(base.loc, shape))
     if isinstance(base, dist.Normal):

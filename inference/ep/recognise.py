@@ -46,6 +46,7 @@ from inference.ep.graph import (Graph, NotElementwise, SiteLink, const_env, eval
 from inference.ep.problem import EPProblem, SiteGroup
 from inference.trace_reading import (GAUSSIAN_PRIORS, LatentBlock, abstract_trace, latent_blocks,  # noqa: F401
                                      latent_sites, observed_sites, prior_of, run_with, unflatten, unwrap)
+from inference.trace_reading import check_gaussian_prior
 from inference.trace_reading import gaussian_prior as _gaussian_prior
 
 ADVICE = "use inference.laplace, inference.vi or inference.mcmc for this model"
@@ -108,9 +109,12 @@ def recognise(model, args, kwargs, trace, seed: int = 0, num_points: int = 96) -
     blocks = latent_blocks(trace)
     if not blocks:
         raise ValueError("the model has no latent sites: nothing to infer")
-    for b in blocks:  # type checks first, on the concrete trace (clear errors, nothing compiled)
-        gaussian_prior(b.name, trace[b.name])
-    u0 = np.concatenate([np.ravel(np.asarray(trace[b.name]["value"], float)) for b in blocks])
+    for b in blocks:  # type checks first (clear errors, nothing compiled); the trace may be abstract
+        check_gaussian_prior(b.name, trace[b.name], "EP", ADVICE)
+    # a value of the latent: the trace's own, or zeros where it is abstract (any value serves: the
+    # prior is read at it and at a second one, and the likelihood traced at its shape)
+    u0 = np.concatenate([np.zeros(b.size) if isinstance(trace[b.name]["value"], jax.core.Tracer)
+                         else np.ravel(np.asarray(trace[b.name]["value"], float)) for b in blocks])
     D = u0.shape[0]
     u1 = u0 + np.random.default_rng(seed).standard_normal(D)
     # The prior at two values of the latent: it must not change (no latent depends on another).
