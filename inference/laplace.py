@@ -441,7 +441,7 @@ def _latent_gaussian_mode(model, args, kwargs, trace, seed, dtype):
             and any(isinstance(p, GAUSSIAN_PRIORS[1:]) for p in priors)):
         return None
     try:
-        rec = recognise(model, args, kwargs, _model.trace_model(model, args, kwargs, seed), seed=seed)
+        rec = recognise(model, args, kwargs, trace, seed=seed)  # abstract serves
     except ValueError:  # not latent-Gaussian after all (a prior depending on a latent, ...)
         return None
     if not latent_newton.differentiable(rec.problem):

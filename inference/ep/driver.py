@@ -243,8 +243,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
     likelihood's projections, site kinds and constants do not depend on the prior, so a loop that
     changes only the prior (distributed EP's cavities) traces and recognises once, not per call."""
     if recognised is None:
-        trace = trace_model(model, args, kwargs, seed=seed)
-        recognised = recognise(model, args, kwargs, trace, seed=seed)
+        recognised = recognise(model, args, kwargs, structure_trace(model, args, kwargs, seed), seed=seed)
     rec = recognised
     if prior is not None:
         m0, S0 = (np.asarray(x, float) for x in prior)
