@@ -460,3 +460,36 @@ def test_float32_runs_to_a_tolerance_it_can_reach():
     assert f32["site_kind"] == "quadrature"  # float32 quadrature sites (test_runs_under_float32_with_quadrature_sites)
     sd = np.sqrt(np.diag(f64.approximation["cov"]))
     np.testing.assert_array_less(np.abs(np.array(f32["mean"]) - f64.approximation["mean"]) / sd, 1e-3)
+
+
+@pytest.mark.parametrize("engine, x64", [("ep", False), ("laplace", True)])
+def test_generic_ep_and_laplace_read_the_model_without_running_it_eagerly(engine, x64, monkeypatch):
+    """The generic EP and Laplace's latent Newton read a GP classifier from its abstract trace:
+    no eager run of the model (each operation compiled apart: ~1.5 s of a first fit, a prior
+    draw, its Cholesky, log_ndtr of the draw). The kernel matrix is still computed and checked
+    concretely (EP reports the jitter it added). Each engine in one dtype: what is checked is
+    how the model is read, which does not depend on it."""
+    import inference
+    import probmodels
+    from inference import _model
+    from inference.ep import driver
+    from probmodels.kernels import RBF
+
+    def eager(*args, **kwargs):
+        raise AssertionError("the model was run eagerly")
+
+    monkeypatch.setattr(driver, "trace_model", eager)
+    monkeypatch.setattr(_model, "trace_model", eager)
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, (25, 1))
+    y = (np.sin(2 * X[:, 0]) > 0).astype(np.int32)
+    with jax.enable_x64(x64):
+        post = getattr(inference, engine)(probmodels.gp_classifier, X, y, kernel=RBF(0.7), num_samples=20,
+                                          progress=False)
+    assert post.diagnostics["converged"]
+    if engine == "ep":
+        assert "f" in post.diagnostics["kernel_jitter"]
+    else:
+        assert post.diagnostics["mode_finder"] == "latent-newton"
+    assert post.samples["f"].dtype == ("float64" if x64 else "float32")
+    assert np.mean(np.sign(post.mean("f")) == 2 * y - 1) > 0.75  # the labels reached the fit (chance: 0.5)
