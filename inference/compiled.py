@@ -415,6 +415,9 @@ def _frontier(a: "_Folded", b: "_Folded", u, v, differ: dict, seen: set) -> None
             differ[pair] = (u, v)
 
 
+_COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "and", "or", "xor", "max", "min"})
+
+
 class _Folded:
     """A jaxpr split into what depends on its unknown inputs (``text``: those equations, with the
     values they take from the rest, scalar literals included, as constants ``inputs`` in order of
@@ -441,13 +444,19 @@ class _Folded:
             else:
                 rest.append(eqn)
         used: dict = {}  # known variable or lifted literal -> its constant, in order of first use
-        eqns = []
+        lifted: dict = {}  # one constant per literal value: a trace inlines a concrete scalar
+        eqns = []          # at each use, where the other trace computes it once
         for eqn in rest:
             invars = list(eqn.invars)
+            if eqn.primitive.name in _COMMUTATIVE and len(invars) == 2 and self._is_known(invars[0]) \
+                    and not self._is_known(invars[1]):
+                invars.reverse()  # `y == f` on a NumPy y runs as `f == y` (NumPy defers to JAX)
             for i, v in enumerate(invars):
                 if isinstance(v, Literal) and np.ndim(v.val) == 0:
-                    var = Var(v.aval)
-                    self.ids[var], self.known[var] = self._id(v), v.val
+                    var = lifted.get(self._id(v))
+                    if var is None:
+                        var = lifted[self._id(v)] = Var(v.aval)
+                        self.ids[var], self.known[var] = self._id(v), v.val
                     invars[i] = used.setdefault(var, var)
                 elif not isinstance(v, Literal) and v in self.ids:
                     used.setdefault(v, v)
@@ -459,6 +468,11 @@ class _Folded:
         unknown = [v for v in jaxpr.invars if v not in known]
         self.text = str(jaxpr.replace(constvars=self.inputs, invars=unknown, eqns=eqns))
         self.text += "".join(_nested_constants(eqn.params) for eqn in eqns)  # not in the text above
+
+    def _is_known(self, v) -> bool:
+        from jax.extend.core import Literal
+
+        return isinstance(v, Literal) or v in self.ids
 
     def _id(self, v) -> str:
         from jax.extend.core import Literal

@@ -253,6 +253,7 @@ def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
              (_concrete_only, (X, 2 * y01 - 1), False), (_shifted_with_numpy, (X, y01), False),
              (_recoded_with_numpy, (X, y01), None)]
     library = [(probmodels.probit_regression, (X, y01 > 0), {}), (probmodels.gp_classifier, (X, y01 > 0), {}),
+               (probmodels.bayes_machine, (X, y01 > 0), {}),  # `y == (f > 0)` on NumPy labels runs reflected
                (probmodels.gaussian_mixture, (X,), {"num_components": 2}),
                (probmodels.hmm, (X[:, 0],), {"num_states": 2})]
     with jax.enable_x64(x64):
