@@ -415,7 +415,7 @@ def _frontier(a: "_Folded", b: "_Folded", u, v, differ: dict, seen: set) -> None
             differ[pair] = (u, v)
 
 
-_COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "and", "or", "xor", "max", "min"})
+_COMMUTATIVE = frozenset({"add", "mul", "eq", "ne", "and", "or", "xor"})  # exactly, signed zeros included
 
 
 class _Folded:
