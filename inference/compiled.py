@@ -358,7 +358,6 @@ def same_program(model, args: tuple, kwargs: dict) -> bool:
     equations on equal inputs (`_Folded`). Then both compute the same numbers on these data and
     `traceable` needs no compiled check (0.3-2 s of a first fit). ``False`` says only that the
     programs differ (a model that recodes its data with NumPy); the numbers then decide."""
-    import jax.numpy as jnp
     from numpyro.infer.util import log_density
 
     sp = split(args, kwargs)
@@ -374,7 +373,7 @@ def same_program(model, args: tuple, kwargs: dict) -> bool:
         if fp is not None:
             _keep(key, traced)
     num_latent = len(jax.tree.leaves(point))
-    data = {v: jnp.asarray(x, v.aval.dtype) for v, x in zip(traced.jaxpr.invars[num_latent:], sp.arrays)}
+    data = {v: np.asarray(x, v.aval.dtype) for v, x in zip(traced.jaxpr.invars[num_latent:], sp.arrays)}
     a = _Folded(constant.jaxpr, dict(zip(constant.jaxpr.constvars, constant.consts)))
     b = _Folded(traced.jaxpr, {**dict(zip(traced.jaxpr.constvars, traced.consts)), **data})
     if a.text != b.text or len(a.inputs) != len(b.inputs):
