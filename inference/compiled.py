@@ -507,11 +507,7 @@ class _Folded:
         program = _CACHE.get(key)  # a refit on new data reuses it
         if program is None:
             lowered = jax.jit(lambda xs: jax.core.eval_jaxpr(sub, [], *xs)).lower(arguments)
-            try:
-                program = lowered.compile(compiler_options=CHECK_COMPILER_OPTIONS)
-            except Exception:  # noqa: BLE001 - an option this backend does not know
-                program = lowered.compile()
-            _keep(key, program)
+            program = _keep(key, _compile_short(lowered, lowered.compile))
         else:
             _CACHE.move_to_end(key)
         return program(arguments)
@@ -635,13 +631,17 @@ def _check_executable(fn, consts, arrays):
     key = ("check-executable", fn, avals)
     exe = _CACHE.get(key)
     if exe is None:
-        lowered = fn.lower(consts, arrays)
-        try:
-            exe = lowered.compile(compiler_options=CHECK_COMPILER_OPTIONS)
-        except Exception:  # noqa: BLE001 - an option this backend does not know
-            exe = fn
-        exe = _keep(key, exe)
+        exe = _keep(key, _compile_short(fn.lower(consts, arrays), lambda: fn))
     return exe
+
+
+def _compile_short(lowered, fallback):
+    """``lowered`` compiled with `CHECK_COMPILER_OPTIONS`, or ``fallback()`` where the backend
+    refuses those options."""
+    try:
+        return lowered.compile(compiler_options=CHECK_COMPILER_OPTIONS)
+    except Exception:  # noqa: BLE001 - an option this backend does not know
+        return fallback()
 
 
 def _fresh(args: tuple, kwargs: dict) -> tuple:
