@@ -2,6 +2,7 @@
 the same model on new data of the same shape neither traces nor compiles, gives the right answer,
 and NUTS chains are NumPyro's (same kernel, keys and initialisation)."""
 
+import functools
 import sys
 
 import jax
@@ -126,7 +127,9 @@ def test_progress_bar_does_not_change_the_draws(capsys):
     model, _ = _counting_model()
     X = np.random.default_rng(2).normal(size=(20, 2))
     y = X @ np.array([0.5, 1.0])
-    # the shapes and options of test_chains_are_numpyros[sequential]: the quiet fit reuses its program
+    # a model object of its own: the quiet fit compiles (the program of test_chains_are_numpyros is
+    # kept per model object), so it takes over DELAY / 2 and the shown fit keeps its bar (a fit
+    # after a fast run of the same program drops it, `inference.chains.run_nuts`): two programs
     opts = dict(num_samples=10, num_warmup=10, num_chains=2, seed=5)
     quiet = inference.mcmc(model, X, y, progress=False, **opts)
     shown = inference.mcmc(model, X, y, progress=True, **opts)
@@ -276,12 +279,12 @@ def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
     compiled.clear()
 
 
-@pytest.mark.parametrize("engine", ["laplace", "mcmc"])
-def test_a_refit_on_recoded_labels_gives_the_right_posterior(engine):
-    """Issue 21, finding 2 end to end: {0, 1} labels first, then the same labels as {-1, +1}
-    (same shape and dtype): the model converts concrete labels only, so the second fit must keep
-    its data concrete and give the first fit's posterior (it gave w = [-0.26, -1.70] instead of
-    [2.41, -2.15])."""
+@functools.lru_cache(maxsize=None)
+def _recoded_label_fits(engine):
+    """``(a, b)``: with nothing kept, a fit of `_concrete_only` on {0, 1} labels, then one on the
+    same labels as {-1, +1} (same shape and dtype). The NUTS pair is shared by the two tests
+    below: the second fit's data stay concrete, so its program is compiled per call and a fit of
+    its own in the second test compiled it again (~5 s)."""
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 2))
     ypm = np.where(X @ np.array([2.0, -2.0]) > 0, 1, -1)
@@ -291,22 +294,33 @@ def test_a_refit_on_recoded_labels_gives_the_right_posterior(engine):
     compiled.clear()
     a = fit(_concrete_only, X, y01, seed=0, progress=False, **opts)
     b = fit(_concrete_only, X, ypm, seed=0, progress=False, **opts)
+    return a, b
+
+
+@pytest.mark.parametrize("engine", ["laplace", "mcmc"])
+def test_a_refit_on_recoded_labels_gives_the_right_posterior(engine):
+    """Issue 21, finding 2 end to end: {0, 1} labels first, then the same labels as {-1, +1}
+    (same shape and dtype): the model converts concrete labels only, so the second fit must keep
+    its data concrete and give the first fit's posterior (it gave w = [-0.26, -1.70] instead of
+    [2.41, -2.15])."""
+    a, b = _recoded_label_fits(engine)
     np.testing.assert_allclose(b.mean("w"), a.mean("w"), rtol=1e-6, atol=1e-8)
     assert a.mean("w")[0] > 1.0 and a.mean("w")[1] < -1.0
 
 
 def test_a_model_that_converts_only_concrete_data_keeps_its_data_constant():
     """An input check that converts labels but steps aside under tracing would see raw {-1, +1}
-    labels when traced: the log-joint comparison catches it and the data stay concrete. (The model,
-    data and options of test_a_refit_on_recoded_labels_gives_the_right_posterior[mcmc]'s second fit,
-    run just before: in the same process its kept program is reused.)"""
+    labels when traced: the log-joint comparison catches it and the data stay concrete. The fit is
+    test_a_refit_on_recoded_labels_gives_the_right_posterior[mcmc]'s second one (`_recoded_label_fits`:
+    this model and data, 300 + 300 draws, one chain, seed 0): with its data concrete it has no kept
+    program, so a fit of its own compiled it once more."""
     model = _concrete_only
     rng = np.random.default_rng(3)
     X = rng.normal(size=(60, 2))
     y = np.where(X @ np.array([2.0, -2.0]) > 0, 1, -1)
     assert not compiled.traceable(model, (X, y), {})
     assert compiled.traceable(model, (X, (y > 0).astype(np.int32)), {})
-    post = inference.mcmc(model, X, y, num_samples=300, num_warmup=300, num_chains=1, seed=0, progress=False)
+    post = _recoded_label_fits("mcmc")[1]
     w = post.mean("w")
     assert w[0] > 0.5 and w[1] < -0.5 and post.diagnostics["max_rhat"] < 1.05
 
