@@ -181,12 +181,14 @@ def test_skipped_updates_are_counted_never_nan():
     # 1 / 0.19 - (0.9 / 0.19)^2 / (1 / 0.19 - 2) = -1.61 < 0, while the global precision is PD.
     K = jnp.array([[1.0, 0.9], [0.9, 1.0]])
     p = EPProblem("function", None, K, jnp.zeros(2), (SiteGroup("probit", {"s": jnp.ones(2)}),))
+    # jitted, as the driver runs them: op by op, each lax.cond closing over the arrays compiled
+    # apart (80 compiles, ~8 s)
     tau, nu = jnp.array([10.0, -2.0]), jnp.zeros(2)
-    mean, var, ok = site_moments(p, tau, nu)
+    mean, var, ok = jax.jit(lambda t, n: site_moments(p, t, n))(tau, nu)
     assert bool(ok) and float(1.0 / var[0] - tau[0]) < 0 < float(1.0 / var[1] - tau[1])
     state = EPState(tau, nu, jnp.zeros(2), mean, var)
     for schedule in ("parallel", "sequential"):
-        new, info = update(p, state, 0.5, schedule)
+        new, info = jax.jit(lambda s: update(p, s, 0.5, schedule))(state)
         assert int(info.num_skipped) == 1, schedule
         assert float(new.tau[0]) == 10.0 and float(new.tau[1]) != -2.0, schedule
         assert np.all(np.isfinite(np.asarray(new.mean))) and np.all(np.isfinite(np.asarray(new.var))), schedule
@@ -202,10 +204,14 @@ def test_site_moments_are_the_marginals_of_the_global_gaussian(space):
     p = (EPProblem("function", None, K, jnp.zeros(30), ()) if space == "function"
          else EPProblem("weight", jnp.asarray(X), None, jnp.zeros(30), ()))
     nu = jnp.asarray(rng.normal(size=30))
-    for tau in (jnp.asarray(rng.uniform(0.0, 3.0, 30)), jnp.asarray(rng.uniform(0.0, 3.0, 30)).at[3].set(-0.05)):
+
+    @jax.jit  # one program for both tau (op by op, each lax.cond was compiled again per tau: ~9 s)
+    def both(tau):
         mean, cov, ok = from_sites(p, tau, nu)
-        m, v = marginals(p, mean, cov)
-        m2, v2, ok2 = site_moments(p, tau, nu)
+        return marginals(p, mean, cov), ok, site_moments(p, tau, nu)
+
+    for tau in (jnp.asarray(rng.uniform(0.0, 3.0, 30)), jnp.asarray(rng.uniform(0.0, 3.0, 30)).at[3].set(-0.05)):
+        (m, v), ok, (m2, v2, ok2) = both(tau)
         assert bool(ok) and bool(ok2)
         np.testing.assert_allclose(m2, m, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(v2, v, rtol=1e-9, atol=1e-12)
