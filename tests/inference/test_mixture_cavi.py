@@ -18,6 +18,13 @@ from probmodels.datasets import gaussian_mixture_data
 X60 = gaussian_mixture_data(60, seed=1).X
 NUM_DRAWS = 4000
 
+# The library's unjitted helpers the checks below call, each as one compiled program per structure
+# (run eagerly, every operation in them was compiled apart: ~40 programs for `_kl_components`,
+# ~20 for `_update_theta`, ~15 for `sort_components`, per structure).
+_kl_components = jax.jit(mc._kl_components, static_argnames="structure")
+_update_theta = jax.jit(mc._update_theta, static_argnames="structure")
+_sort_components = jax.jit(mc.sort_components, static_argnames="structure")
+
 
 def _prior(d, covariance, concentration=1.0):
     scale = np.diag(np.linspace(0.5, 1.5, d)) if covariance == "full" else np.linspace(0.5, 1.5, d)
@@ -55,7 +62,8 @@ def test_one_component_elbo_is_the_exact_log_evidence(covariance, units):
     rng = np.random.default_rng(0)
     X = units * (rng.normal(size=(40, 3)) @ np.array([[1.0, 0.3, 0.0], [0.0, 0.8, 0.2], [0.0, 0.0, 0.5]]) + 1.0)
     prior = _prior(3, covariance)
-    prior = prior._replace(loc=prior.loc * units, scale=prior.scale * units**2)
+    # in NumPy: the same prior, without two eager programs
+    prior = prior._replace(loc=np.asarray(prior.loc) * units, scale=np.asarray(prior.scale) * units**2)
     res = mc.fit(X, prior, 1, jax.random.PRNGKey(0), structure=mc.Structure(covariance, "dirichlet"), max_iter=20)
     m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
     if covariance == "full":
@@ -96,6 +104,7 @@ STRUCTURES = [mc.Structure("full", "dirichlet"), mc.Structure("diag", "dirichlet
               mc.Structure("full", "stick", False), mc.Structure("diag", "stick", True)]
 
 
+@jax.jit  # one program (run eagerly, each of its operations was compiled apart)
 def _perturbed(state):
     """A q that is not the block optimum for its own responsibilities (otherwise log q(theta) -
     log p(theta) - data term is constant and the Monte Carlo check below would be degenerate)."""
@@ -128,13 +137,14 @@ def test_log_q_matches_scipy_and_the_closed_form_elbo_matches_monte_carlo(struct
     draws = {k: np.asarray(v) for k, v in mc.sample_q(jax.random.PRNGKey(1), state, structure, NUM_DRAWS).items()}
     log_qs = np.asarray(jax.vmap(lambda v: mc.log_q(v, state, structure))(draws))
     _check_kl(draws, state, prior, structure)
+    q = jax.tree.map(np.asarray, state)  # NumPy: indexing a jax.Array compiles a program per shape
     # log q, term by term, against SciPy for a few draws.
     for s in range(3):
         one = {k: v[s] for k, v in draws.items()}
         ref = 0.0
         for k in range(3):
-            m, psi = np.asarray(state.loc[k]), np.asarray(state.scale[k])
-            b, nu = float(state.strength[k]), float(state.df[k])
+            m, psi = q.loc[k], q.scale[k]
+            b, nu = float(q.strength[k]), float(q.df[k])
             if structure.covariance == "full":
                 cov = one["cov"][k]
                 ref += stats.invwishart.logpdf(cov, df=nu, scale=psi) + stats.multivariate_normal.logpdf(one["locs"][k], m, cov / b)
@@ -190,7 +200,7 @@ def test_elbo_never_decreases(structure):
     s = mc.init(jax.random.PRNGKey(3), X, prior, 3, structure)
     # start from random soft assignments (far from the optimum) so the ascent has work to do
     r = jnp.asarray(np.random.default_rng(3).dirichlet(np.ones(3), size=X.shape[0]))
-    s = mc._update_theta(X, r, prior, s, structure)
+    s = _update_theta(X, r, prior, s, structure)
     values = []
     for _ in range(60):
         s = mc.update(X, prior, s, structure)
@@ -219,8 +229,9 @@ def _mvn_logpdf(x, mean, cov):
 
 def _check_kl(draws, state, prior, structure):
     """KL(q(locs_0, cov_0) || p(locs_0, cov_0)) in closed form against Monte Carlo (NumPy/SciPy)."""
-    kl = float(np.asarray(mc._kl_components(state, prior, structure))[0])
-    m, psi, b, nu = np.asarray(state.loc[0]), np.asarray(state.scale[0]), float(state.strength[0]), float(state.df[0])
+    kl = float(np.asarray(_kl_components(state, prior, structure))[0])
+    state = jax.tree.map(np.asarray, state)  # NumPy: indexing a jax.Array compiles a program per shape
+    m, psi, b, nu = state.loc[0], state.scale[0], float(state.strength[0]), float(state.df[0])
     m0, psi0, b0, nu0 = np.asarray(prior.loc), np.asarray(prior.scale), float(prior.strength), float(prior.df)
     mu = draws["locs"][:, 0]
     if structure.covariance == "full":
@@ -260,8 +271,9 @@ def test_variational_predictive_matches_monte_carlo(structure):
 def test_ordered_log_q_sums_the_relabellings():
     structure = mc.Structure("full", "dirichlet")
     state = _state_after(X60, _prior(2, "full"), 3, structure)
-    draw = {k: v[0] for k, v in mc.sample_q(jax.random.PRNGKey(9), state, structure, NUM_DRAWS).items()}
-    draw = mc.sort_components(draw, structure)
+    draw = {k: np.asarray(v)[0] for k, v in mc.sample_q(jax.random.PRNGKey(9), state, structure, NUM_DRAWS).items()}
+    # NumPy: indexing a jax.Array (here and by each permutation below) compiles a program per shape
+    draw = {k: np.asarray(v) for k, v in _sort_components(draw, structure).items()}
     terms = []
     for perm in itertools.permutations(range(3)):
         p = np.asarray(perm)
