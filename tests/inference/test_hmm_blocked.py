@@ -32,26 +32,36 @@ def random_hmm(seed, num_steps, k):
 def blocked_run(li, lt, le, mask, block=None, chunks=None, pairs=True):
     """blocked_one under jit with everything asked for."""
     fn = jax.jit(lambda *a: fbm._blocked_one(*a, True, pairs, True, True, block, chunks))
-    return fn(jnp.asarray(li), jnp.asarray(lt), jnp.asarray(le), jnp.asarray(mask))
+    return fn(li, lt, le, mask)  # host arrays: the call moves them (a jnp.asarray each compiled a program)
+
+
+def host(result):
+    """A result's arrays as NumPy arrays (same values): indexing JAX arrays compiled a program each."""
+    return jax.tree.map(np.asarray, result)
 
 
 def sequential_run(li, lt, le, mask):
     fn = jax.jit(lambda *a: fbm._fused_one(*a, True, True))
-    return fn(jnp.asarray(li), jnp.asarray(lt), jnp.asarray(le), jnp.asarray(mask))
+    return fn(li, lt, le, mask)
+
+
+@jax.jit
+def derived(lt, f1, f2):
+    """The sequential passes' log likelihood and transition counts, both sides' pairwise marginals:
+    one program per shape (run eagerly, ~10 small programs each)."""
+    return jnp.sum(f1.log_norms), fbm._fast_counts(lt, f1), fbm._fast_pairwise(lt, f1), fbm._fast_pairwise(lt, f2)
 
 
 def assert_same(seq, blk, lt):
     (f1, ok1), (f2, ok2) = seq, blk
     assert bool(ok1) and bool(ok2)
-    ll1 = float(jnp.sum(f1.log_norms))
-    np.testing.assert_allclose(float(f2.log_likelihood), ll1, rtol=RTOL_LL)
+    ll1, counts1, pair1, pair2 = derived(lt, f1, f2)
+    np.testing.assert_allclose(float(f2.log_likelihood), float(ll1), rtol=RTOL_LL)
     np.testing.assert_allclose(np.asarray(f2.log_norms), np.asarray(f1.log_norms), rtol=0, atol=1e-9)
     np.testing.assert_allclose(np.asarray(f2.filtered), np.asarray(f1.filtered), rtol=0, atol=ATOL)
     np.testing.assert_allclose(np.asarray(f2.marginals), np.asarray(f1.marginals), rtol=0, atol=ATOL)
-    counts1 = fbm._fast_counts(jnp.asarray(lt), f1)
     # counts are sums over T steps (up to ~5e4 here): 1e-10 absolute or 1e-12 relative
     np.testing.assert_allclose(np.asarray(f2.counts), np.asarray(counts1), rtol=1e-12, atol=ATOL)
-    pair1, pair2 = fbm._fast_pairwise(jnp.asarray(lt), f1), fbm._fast_pairwise(jnp.asarray(lt), f2)
     np.testing.assert_allclose(np.asarray(pair2), np.asarray(pair1), rtol=0, atol=ATOL)
 
 
@@ -127,10 +137,17 @@ def underflow_case(num_steps):
     return li, lt, le
 
 
+@jax.jit
+def _exact(li, lt, le, mask):
+    """One program (both cases below share it; run eagerly, each operation compiled its own: ~40)."""
+    log_filtered, log_norms = fbm._forward_exact(li, lt, le, mask)
+    log_beta = fbm._backward_exact(lt, le, mask)
+    return jnp.sum(log_norms), fbm.normalise(log_filtered + log_beta)[0]
+
+
 def exact(li, lt, le, mask):
-    log_filtered, log_norms = fbm._forward_exact(jnp.asarray(li), jnp.asarray(lt), jnp.asarray(le), jnp.asarray(mask))
-    log_beta = fbm._backward_exact(jnp.asarray(lt), jnp.asarray(le), jnp.asarray(mask))
-    return float(jnp.sum(log_norms)), np.exp(fbm.normalise(log_filtered + log_beta)[0])
+    ll, log_marginals = _exact(li, lt, le, mask)
+    return float(ll), np.exp(np.asarray(log_marginals))
 
 
 @pytest.mark.parametrize("block,chunks", [(4, 3), (None, None)])
@@ -165,22 +182,22 @@ def test_public_functions_across_threshold(k, num_steps):
     for lengths in (None, num_steps - 50):
         batch_lengths = None if lengths is None else np.array([lengths])
         one = hmm.forward_backward(li, lt, le, lengths=lengths)
-        ref = hmm.forward_backward(li, lt, le[None], lengths=batch_lengths)
+        ref = host(hmm.forward_backward(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(float(one.log_likelihood), float(ref.log_likelihood[0]), rtol=RTOL_LL)
         np.testing.assert_allclose(np.asarray(one.marginals), np.asarray(ref.marginals[0]), atol=ATOL)
         one = hmm.smoother(li, lt, le, lengths=lengths)
-        ref = hmm.smoother(li, lt, le[None], lengths=batch_lengths)
+        ref = host(hmm.smoother(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(float(one.log_likelihood), float(ref.log_likelihood[0]), rtol=RTOL_LL)
         for a, b in zip(one[1:], ref[1:]):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b[0]), atol=ATOL)
         one = hmm.forward_filter(li, lt, le, lengths=lengths)
-        ref = hmm.forward_filter(li, lt, le[None], lengths=batch_lengths)
+        ref = host(hmm.forward_filter(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(float(one.log_likelihood), float(ref.log_likelihood[0]), rtol=RTOL_LL)
         np.testing.assert_allclose(np.asarray(one.filtered), np.asarray(ref.filtered[0]), atol=ATOL)
         np.testing.assert_allclose(np.asarray(one.predictive_log_likelihood),
                                    np.asarray(ref.predictive_log_likelihood[0]), atol=1e-9)
         one = hmm.pairwise_marginals(li, lt, le, lengths=lengths)
-        ref = hmm.pairwise_marginals(li, lt, le[None], lengths=batch_lengths)
+        ref = host(hmm.pairwise_marginals(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(np.asarray(one), np.asarray(ref[0]), atol=ATOL)
 
 
