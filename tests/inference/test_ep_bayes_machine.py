@@ -283,8 +283,9 @@ def test_circle_problem_tracks_label_noise_full():
 
 def test_ep_posterior_from_model_trace():
     """The engine hook reads K, labels and Beta prior from the trace and returns a Posterior whose
-    approximation equals `fit` on the same inputs; draws have the approximation's moments."""
-    X, y = circle(30, 0.1, seed=0)
+    approximation equals `fit` on the same inputs; draws have the approximation's moments. 40
+    points, as `circle_problem`: EP's program is the one its parallel fit compiled."""
+    X, y = circle(40, 0.1, seed=0)
     kw = dict(y=y, kernel=RBF(0.5))
     tr = _model.trace_model(bayes_machine, (X,), kw)
     post = ep_posterior(bayes_machine, (X,), kw, tr, schedule="parallel", damping=0.5, tol=1e-8, max_iter=500,
@@ -293,8 +294,8 @@ def test_ep_posterior_from_model_trace():
     res = bm.fit(np.asarray(K), y, tol=1e-8, max_iter=500)
     assert post.engine == "ep" and post.evidence_method == "ep" and post.diagnostics["converged"]
     assert post.log_evidence == pytest.approx(float(res.log_evidence), abs=1e-8)
-    assert post.samples["f"].shape == (1, 4000, 30) and post.samples["eps"].shape == (1, 4000)
-    assert post.log_likelihood["y"].shape == (1, 4000, 30)
+    assert post.samples["f"].shape == (1, 4000, 40) and post.samples["eps"].shape == (1, 4000)
+    assert post.log_likelihood["y"].shape == (1, 4000, 40)
     sd = np.sqrt(np.diag(res.f_cov))
     # Monte Carlo: 4000 draws, mean error < 5 standard errors.
     assert np.max(np.abs(post.mean("f") - res.f_mean) / sd) < 5 / np.sqrt(4000)
@@ -309,13 +310,14 @@ def test_ep_posterior_from_model_trace():
     assert log_q[0, 0] == pytest.approx(expected, rel=1e-6)
     # Predictive at training inputs: latent draws have the marginal moments, labels in {0, 1}.
     pred = post.predictor(jax.random.PRNGKey(0), X)
-    assert pred["y"].shape == (1, 4000, 30) and set(np.unique(pred["y"])) <= {0, 1}
+    assert pred["y"].shape == (1, 4000, 40) and set(np.unique(pred["y"])) <= {0, 1}
     assert np.max(np.abs(pred["f"][0].mean(0) - res.f_mean) / sd) < 5 / np.sqrt(4000)
 
 
 def test_user_written_model_with_fixed_noise_and_prior_mean():
-    """A user model: MVN latent with a constant mean, NoisyStep with fixed eps = 0.05."""
-    X = np.linspace(-1, 1, 12)[:, None]
+    """A user model: MVN latent with a constant mean, NoisyStep with fixed eps = 0.05. 40 inputs,
+    as `circle_problem`: EP's program (fixed noise) is the one test_fixed_noise_machine compiled."""
+    X = np.linspace(-1, 1, 40)[:, None]
     y = (X[:, 0] > 0.1).astype(int)
 
     def model(X, y=None):
@@ -327,7 +329,7 @@ def test_user_written_model_with_fixed_noise_and_prior_mean():
     parts = bayes_machine_parts(tr)
     assert parts.latent == "latent" and parts.eps_site is None and parts.fixed_eps == 0.05
     post = ep_posterior(model, (X,), {"y": y}, tr, num_samples=50, seed=0)
-    res = bm.fit(parts.K, y, learn_noise=False, fixed_eps=0.05, prior_mean=0.3 * np.ones(12))
+    res = bm.fit(parts.K, y, learn_noise=False, fixed_eps=0.05, prior_mean=0.3 * np.ones(len(X)))
     np.testing.assert_allclose(post.approximation["mean"], res.f_mean, atol=1e-10)
     assert "eps" not in post.samples
     # Shifting the prior mean moves the posterior: the decision boundary moves left of 0.1.
@@ -336,7 +338,9 @@ def test_user_written_model_with_fixed_noise_and_prior_mean():
 
 
 def test_unsupported_sites_are_named():
-    X, y = circle(10, 0.0, seed=0)
+    """40 points: the latents' MultivariateNormal has the shapes of the user-written model's, whose
+    eager operations (its trace runs op by op) are reused."""
+    X, y = circle(40, 0.0, seed=0)
 
     def with_lengthscale(X, y=None):
         ls = numpyro.sample("lengthscale", dist.LogNormal(0.0, 1.0))
@@ -388,8 +392,9 @@ def test_bad_input_is_reported_before_tracing():
 
 
 def test_labels_accepted_in_three_codings():
-    K = np.eye(3) + 0.5
-    r = [bm.fit(K, lab).f_mean for lab in ([1, 0, 1], [1, -1, 1], [True, False, True])]
+    """On 4 points with the default options: the program of test_ep_close_to_brute_force_on_four_points."""
+    K = np.eye(4) + 0.5
+    r = [bm.fit(K, lab).f_mean for lab in ([1, 0, 1, 1], [1, -1, 1, 1], [True, False, True, True])]
     np.testing.assert_allclose(r[0], r[1])
     np.testing.assert_allclose(r[0], r[2])
 

@@ -22,7 +22,7 @@ import pytest
 from scipy import optimize, stats
 
 import inference
-from inference import _model
+from inference import _model, compiled
 from inference.ep import bayes_machine as bm
 from inference.hyper import bm_fit
 from probmodels import bayes_machine
@@ -62,9 +62,20 @@ def reference():
 
 
 def _setup(tol):
-    trace = _model.trace_model(bayes_machine, (X, Y), {"kernel": KERNEL})
-    return bm_fit.setup(bayes_machine, (X, Y), {"kernel": KERNEL}, trace, schedule="parallel", damping=None,
-                        tol=tol, max_iter=2000, seed=0)
+    """The search's set-up as ``inference.ep`` makes it: inside an engine call's
+    `inference.compiled.scope` (its matrix-product precision is part of the programs' key), so the
+    fits below reuse the programs compiled here (outside it the map fit compiled its evidence and
+    gradient again, 2 programs and ~20 s, and the model's eager trace op by op)."""
+    with compiled.scope():
+        trace = _model.trace_model(bayes_machine, (X, Y), {"kernel": KERNEL})
+        return bm_fit.setup(bayes_machine, (X, Y), {"kernel": KERNEL}, trace, schedule="parallel", damping=None,
+                            tol=tol, max_iter=2000, seed=0)
+
+
+def _value_and_grad(st, phi):
+    """``st.progs.value_and_grad`` at ``phi`` from zero sites, in the engine's scope (`_setup`)."""
+    with compiled.scope():
+        return st.progs.value_and_grad(jnp.asarray([phi]), st.warm0, st.data)
 
 
 def test_evidence_and_its_gradient_match_the_bayes_machine_rerun_at_each_lengthscale():
@@ -72,26 +83,29 @@ def test_evidence_and_its_gradient_match_the_bayes_machine_rerun_at_each_lengths
     fixed plus their implicit derivative) matches central differences of log Z with EP re-run from
     zero sites at phi +- h."""
     st = _setup(1e-7)  # the sweeps and the adjoint run to tol * bm_fit.SWEEP_TOL_FACTOR = 1e-10
-    zeros = st.warm0
     for phi in (-0.6, -0.2, 0.4):
-        F, g, warm, ok, log_z = st.progs.value_and_grad(jnp.asarray([phi]), zeros, st.data)
+        F, g, warm, ok, log_z = _value_and_grad(st, phi)  # from zero sites (st.warm0)
         assert bool(ok)
         K, _ = gram(RBF(float(np.exp(phi))), X)
         ref = float(bm.fit(np.asarray(K), Y, tol=1e-10, max_iter=2000).log_evidence)
         assert float(log_z) == pytest.approx(ref, abs=1e-7)
         h = 1e-4
-        Fp, Fm = (float(st.progs.value_and_grad(jnp.asarray([phi + s]), zeros, st.data)[0]) for s in (h, -h))
+        Fp, Fm = (float(_value_and_grad(st, phi + s)[0]) for s in (h, -h))
         fd = (Fp - Fm) / (2 * h)
         assert abs(float(g[0]) - fd) <= 1e-5 * max(abs(fd), 1.0), (phi, float(g[0]), fd)
 
 
+NUM_DRAWS = 1000  # of every float64 fit here: the map and integrate fits share one draw program (num is static)
+
+
 @functools.lru_cache(maxsize=None)
 def _map_fit(seed):
-    """hyper="map" on the 60 circle points of data seed ``seed`` (float64, 200 draws): one fit per
-    worker, shared by the tests that check it (the float32 test compares its mode with seed 0's)."""
+    """hyper="map" on the 60 circle points of data seed ``seed`` (float64, `NUM_DRAWS` draws): one
+    fit per worker, shared by the tests that check it (the float32 test compares its mode with
+    seed 0's)."""
     Xs, Ys = circle(60, 0.1, seed=seed)
     with jax.enable_x64(True):
-        return inference.ep(bayes_machine, Xs, Ys, kernel=KERNEL, hyper="map", num_samples=200, progress=False)
+        return inference.ep(bayes_machine, Xs, Ys, kernel=KERNEL, hyper="map", num_samples=NUM_DRAWS, progress=False)
 
 
 @pytest.mark.slow
@@ -114,16 +128,16 @@ def test_map_finds_scipys_optimum_of_the_ep_evidence():
     K, _ = gram(RBF(float(np.exp(info["unconstrained"][0]))), X)
     res = bm.fit(np.asarray(K), Y)
     sd = np.sqrt(np.diag(np.asarray(res.f_cov)))
-    assert np.max(np.abs(post.mean("f") - np.asarray(res.f_mean)) / sd) < 5 / np.sqrt(200)
+    assert np.max(np.abs(post.mean("f") - np.asarray(res.f_mean)) / sd) < 5 / np.sqrt(NUM_DRAWS)
     assert post.mean("eps") == pytest.approx(float(res.eps_mean), abs=0.02)
     assert post.log_evidence == pytest.approx(float(res.log_evidence), abs=1e-5)
     # prediction at new inputs: the kernel (with its prior) is passed again, as to the fit
     pred = post.predict(X[:10], kernel=KERNEL)["y"]
-    assert pred.shape == (1, 200, 10) and set(np.unique(pred)) <= {0, 1}
+    assert pred.shape == (1, NUM_DRAWS, 10) and set(np.unique(pred)) <= {0, 1}
 
 
 def test_integrate_matches_quadrature_over_the_log_lengthscale(reference):
-    post = inference.ep(bayes_machine, X, Y, kernel=KERNEL, hyper="integrate", num_samples=1000, progress=False)
+    post = inference.ep(bayes_machine, X, Y, kernel=KERNEL, hyper="integrate", num_samples=NUM_DRAWS, progress=False)
     assert post.diagnostics["converged"] and post.evidence_method == "ep-integrated"
     points = np.asarray(post.approximation["hyper_points"])[:, 0]
     w = np.asarray(post.approximation["hyper_weights"])
@@ -133,7 +147,7 @@ def test_integrate_matches_quadrature_over_the_log_lengthscale(reference):
     assert abs(mean - reference["mean"]) < 0.05 * reference["sd"]
     assert abs(sd / reference["sd"] - 1) < 0.03
     log_ls = np.log(post.samples["lengthscale"])
-    assert abs(log_ls.mean() - mean) < 4 * sd / np.sqrt(1000)  # systematic resampling of the points
+    assert abs(log_ls.mean() - mean) < 4 * sd / np.sqrt(NUM_DRAWS)  # systematic resampling of the points
 
 
 def test_float32_map_agrees_with_float64():
