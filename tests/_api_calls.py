@@ -52,6 +52,7 @@ def check_calls(tree: ast.Module, where: str, scope: dict | None = None) -> int:
     """Assert every resolvable call in ``tree`` names existing functions and keyword arguments;
     returns how many calls were checked."""
     names = _names(tree, scope)
+    fit = importlib.import_module("inference").fit
     checked = 0
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) or isinstance(node, ast.Name):
@@ -63,10 +64,9 @@ def check_calls(tree: ast.Module, where: str, scope: dict | None = None) -> int:
             continue
         # an engine passes other keywords to the model; `inference.fit` to the engine it names
         chain = [fn]
-        inference = importlib.import_module("inference")
-        if fn is inference.fit:  # the engine named, else any engine
+        if fn is fit:  # the engine named, else any engine
             engine = [k.value.value for k in node.keywords if k.arg == "engine" and isinstance(k.value, ast.Constant)]
-            chain += [getattr(inference, e) for e in (engine or ("mcmc", "vi", "laplace", "ep"))]
+            chain += [getattr(importlib.import_module("inference"), e) for e in (engine or ("mcmc", "vi", "laplace", "ep"))]
         if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(chain[-1]).parameters.values()):
             model = _resolve(node.args[0], names) if node.args else None
             chain.append(model)
