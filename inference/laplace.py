@@ -140,7 +140,7 @@ def laplace(
         return _model.postprocess(model, post)
 
     key = jax.random.PRNGKey(seed)
-    x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, key))
+    x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, trace))
     if mesh is None:  # programs kept per model structure, the data passed as arguments
         progs, data = compiled.get("laplace", model, args, kwargs, (max_iter, tol), lambda rebuild: _programs(
             model, unravel, lambda arrays: rebuild(arrays), max_iter, tol), persist=True)
@@ -153,6 +153,7 @@ def laplace(
         mode_finder = "latent-newton"
     else:  # Newton on the potential for a few dimensions (no L-BFGS program to compile), else L-BFGS
         mode_finder = "newton" if x0.shape[0] <= NEWTON_MAX_DIM else "lbfgs"
+        x0 = _valid_start(model, args, kwargs, seed, key, x0, progs, data)
         x, _, iters = _search(mode_finder, progs, x0, data, max_iter, tol)
     x, H, g, polish_steps = _newton_polish(progs, x, data)
     escapes = 0
@@ -224,30 +225,43 @@ def laplace(
     return _model.postprocess(model, post)
 
 
-def _initial_point(model, args, kwargs, seed, key) -> dict:
-    """The start of the mode search (unconstrained values by site): the model's own starting point
-    when it offers one, else each site's declared start or its prior mean (`inference.latent.
-    init_to_prior_mean`: no prior draws to compile), as NumPyro's ``initialize_model`` finds it, in one program kept per structure (eagerly, a new process compiled every operation of it:
-    ~0.35 s). When no valid start is found, NumPyro's eager call raises its own error."""
-    init = _model.init_values(model, args, kwargs, seed)
-    has_init = init is not None
-    strategy = lambda values: init_to_value(values=values) if has_init else _model.site_init(init_to_prior_mean)  # noqa: E731
+def _initial_point(model, args, kwargs, seed, trace) -> dict:
+    """The start of the mode search (unconstrained values by site): each site's declared start or
+    its prior mean (`inference.latent.init_to_prior_mean`: no prior draws to compile), overridden
+    by the model's own starting values where it offers them. The constrained start comes from the
+    program VI and the mixture diagnostics run too (`_model.start_values`); only its map to
+    unconstrained space is this engine's (a small program kept per structure). NumPyro's
+    ``initialize_model`` in one program compiled the start, the potential and its gradient inside
+    its validity loop: ~1.7 s of a mixture's or an HMM's first Laplace fit, the start again apart
+    from the diagnostics' copy. Whether the start is valid is checked on the potential, by the
+    caller (`_valid_start`)."""
+    from numpyro.infer.util import unconstrain_fn
+
+    values = _model.start_values(model, args, kwargs, seed, default=init_to_prior_mean, trace=trace)
+    own = _model.init_values(model, args, kwargs, seed)
+    if own is not None:
+        values = {**values, **{k: jnp.asarray(v) for k, v in own.items() if k in values}}
 
     def build(rebuild):
-        def run(arrays, key, init):
+        def run(arrays, values):
             a, kw = rebuild(arrays)
-            info = initialize_model(key, model, model_args=a, model_kwargs=kw, init_strategy=strategy(init))[0]
-            finite = [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(info.z_grad)]
-            return info.z, jnp.isfinite(info.potential_energy) & jnp.all(jnp.stack(finite))
+            return unconstrain_fn(model, a, kw, values)
 
         return jax.jit(run)
 
-    init_arrays = {k: jnp.asarray(v) for k, v in init.items()} if has_init else None
-    z, valid = compiled.call("laplace-init", model, args, kwargs, (has_init,), build, key, init_arrays,
-                             persist=True)
-    if not bool(valid):  # raises NumPyro's error naming the site, or finds a start eagerly
-        z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy(init))[0].z
-    return z
+    return compiled.call("unconstrain", model, args, kwargs, (), build, values, persist=True)
+
+
+def _valid_start(model, args, kwargs, seed, key, x0, progs, data):
+    """``x0`` where the potential is finite there; else NumPyro's own search for a valid start
+    (its eager ``initialize_model``: it raises its error naming the site, or finds one)."""
+    x0 = np.asarray(x0)  # uncommitted: sharded data decide where the programs run
+    if np.isfinite(float(progs.value(jnp.asarray(x0), data))):
+        return x0
+    own = _model.init_values(model, args, kwargs, seed)
+    strategy = init_to_value(values=own) if own is not None else _model.site_init(init_to_prior_mean)
+    z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy)[0].z
+    return np.asarray(ravel_pytree(z)[0])
 
 
 class _Programs(NamedTuple):
