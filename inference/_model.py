@@ -36,7 +36,7 @@ def has_site_init(trace) -> bool:
                for s in trace.values())
 
 
-def start_values(model, args, kwargs, seed: int = 0, default=None, trace=None) -> dict:
+def start_values(model, args, kwargs, seed: int = 0, default=None, trace=None, key=None) -> dict:
     """The latent sites' values at the start `site_init` gives (``default``, a NumPyro init
     strategy, for a site without a declared start; None: a prior draw), constrained, by site:
     what a fit can be compared with (mixture diagnostics), or an engine's start. One program
@@ -44,7 +44,8 @@ def start_values(model, args, kwargs, seed: int = 0, default=None, trace=None) -
     mixture's start compiled ~60 operations one by one (~2 s) after every first fit. With the
     model's ``trace`` (`structure_trace`) showing every latent site declaring its start,
     ``default`` is unused and dropped from the key: VI's start and the mixture diagnostics' then
-    share one program (a DP mixture's k-means start: 2 s of compilation each)."""
+    share one program (a DP mixture's k-means start: 2 s of compilation each). ``key``: the
+    random key of the start instead of ``seed``'s (NUTS: one start per chain, same program)."""
     from inference import compiled
 
     if trace is not None and all("init" in (s.get("infer") or {}) for s in trace.values()
@@ -62,7 +63,8 @@ def start_values(model, args, kwargs, seed: int = 0, default=None, trace=None) -
 
         return jax.jit(run)
 
-    return compiled.call("start", model, args, kwargs, (default,), build, jax.random.PRNGKey(seed))
+    return compiled.call("start", model, args, kwargs, (default,), build,
+                         jax.random.PRNGKey(seed) if key is None else key)
 
 
 def init_values(model, args, kwargs, seed):

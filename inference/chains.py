@@ -29,7 +29,7 @@ STAT_FIELDS = ("diverging", "num_steps", "accept_prob", "potential_energy", "ene
 
 
 def _build(model, options):
-    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent, starts, white = options
+    num_warmup, num_samples, num_chains, method, target_accept, max_tree_depth, progress, has_init, latent, starts, white, per_chain = options
     # multivariate-normal latents (a GP's f) are sampled whitened, f = loc + L z (`inference.whiten`):
     # the same posterior, without the prior's correlations in the geometry NUTS adapts to
     sampled = whiten.whitened(model, white) if white else model
@@ -78,15 +78,19 @@ def _build(model, options):
 
             mesh = Mesh(np.array(jax.local_devices()[:num_chains]), ("chain",))
             def per_device(arrays, keys, init):  # the local block holds one chain: no vmap
+                init = jax.tree.map(lambda x: x[0], init) if per_chain else init
                 return jax.tree.map(lambda x: x[None], one_chain(arrays, keys[0], init))
 
             # explicit shardings: a program exported to disk (`inference.exported`) needs them
             same, by_chain = NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("chain"))
-            return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("chain"), PartitionSpec()),
+            init_spec = PartitionSpec("chain") if per_chain else PartitionSpec()
+            return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec("chain"), init_spec),
                                          out_specs=PartitionSpec("chain"), check_vma=False),
-                           in_shardings=(same, by_chain, same), out_shardings=by_chain)
+                           in_shardings=(same, by_chain, by_chain if per_chain else same), out_shardings=by_chain)
         if method == "vectorized":
-            return jax.jit(jax.vmap(one_chain, in_axes=(None, 0, None)))
+            return jax.jit(jax.vmap(one_chain, in_axes=(None, 0, 0 if per_chain else None)))
+        if per_chain:
+            return jax.jit(lambda arrays, keys, init: lax.map(lambda ki: one_chain(arrays, *ki), (keys, init)))
         return jax.jit(lambda arrays, keys, init: lax.map(lambda k: one_chain(arrays, k, init), keys))
 
     return build
@@ -108,19 +112,26 @@ def _timing_key(model, args, kwargs, settings):
 
 def run_nuts(model, args, kwargs, *, seed, num_warmup, num_samples, num_chains, chain_method,
              target_accept, max_tree_depth, latent, init_values=None, site_starts=False, progress=False,
-             white=()):
+             white=(), trace=None):
     """Run ``num_chains`` NUTS chains; returns ``(samples, stats, loglik)`` with leading axes
     ``(chain, draw)``. ``samples`` holds the constrained latent and deterministic sites, ``stats``
     NumPyro's per-draw fields (`STAT_FIELDS`), ``loglik`` the pointwise log likelihood of every
     observed site given the ``latent`` sites of each draw. ``site_starts``: some site declares a
     data-driven start (`inference.latent.site_init`). ``white``: latent sites sampled in whitened
-    coordinates (`inference.whiten`; the draws are of the sites themselves)."""
+    coordinates (`inference.whiten`; the draws are of the sites themselves). ``trace``: the model's
+    structure trace (`inference._model.structure_trace`), when the caller has one."""
     key = jax.random.PRNGKey(seed)
     keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
+    per_chain = init_values is None and bool(site_starts) and not white
+    if per_chain:  # the declared starts, one per chain, from the program VI, Laplace and the
+        # mixture diagnostics run: inside the chains' program NumPyro traced a mixture's k-means
+        # start twice (its transforms, its validity loop), ~1/3 of that program's compilation
+        starts = [_model.start_values(model, args, kwargs, default=init_to_uniform, trace=trace, key=k) for k in keys]
+        init_values = {k: np.stack([np.asarray(s[k]) for s in starts]) for k in starts[0]}
     has_init = init_values is not None
     init = {k: jnp.asarray(v) for k, v in init_values.items()} if has_init else None
     settings = (num_warmup, num_samples, num_chains, chain_method, float(target_accept),
-                int(max_tree_depth), has_init, tuple(sorted(latent)), bool(site_starts), tuple(white))
+                int(max_tree_depth), has_init, tuple(sorted(latent)), bool(site_starts), tuple(white), per_chain)
     # The bar's host callback costs ~5 ms a call however few ticks it makes (+15-20% on a 0.03 s
     # fit): a run whose program finished in under half a second before runs without it (same
     # draws, `test_progress_bar_does_not_change_the_draws`). Only whether a bar shows depends on it.

@@ -118,7 +118,7 @@ def mcmc(
             num_chains=num_chains, chain_method=chain_method, target_accept=target_accept,
             max_tree_depth=max_tree_depth, latent=latent, init_values=starts,
             site_starts=_model.has_site_init(trace), progress=progress,
-            white=white)
+            white=white, trace=trace)
         flatten = lambda tree: {k: v.reshape((-1,) + v.shape[2:]) for k, v in tree.items()}  # noqa: E731
         samples_flat, loglik_flat = flatten(draws), flatten(loglik_chains)
         sample_stats = {"lp": -stats.pop("potential_energy")}
