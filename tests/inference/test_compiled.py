@@ -468,11 +468,15 @@ def test_the_mixture_start_code_enters_the_key(monkeypatch):
     assert before is not None and after is not None and after != before
 
 
-def test_engines_trace_with_full_precision_matrix_products():
-    """Every engine call (and ``predict``) traces the model with ``jax.default_matmul_precision``
-    at "float32": JAX's default lets float32 products run in TensorFloat32 on recent NVIDIA GPUs
-    (7 float32 cells of the defaults matrix failed on an H200 that pass on CPU). The setting is
-    scoped to the call: the user's configuration is the same afterwards."""
+@pytest.mark.parametrize("accelerator", [True, False])
+def test_engines_trace_with_full_precision_matrix_products(accelerator, monkeypatch):
+    """Where a backend is not a CPU (emulated here), every engine call (and ``predict``) traces the
+    model with ``jax.default_matmul_precision`` at "float32": JAX's default lets float32 products
+    run in TensorFloat32 on recent NVIDIA GPUs (7 float32 cells of the defaults matrix failed on an
+    H200 that pass on CPU). The setting is scoped to the call: the user's configuration is the same
+    afterwards. On CPUs only, where it changes nothing, the engines leave it as the user's."""
+    monkeypatch.setattr(compiled, "reduced_precision_products", lambda: accelerator)
+    expected = compiled.MATMUL_PRECISION if accelerator else jax.config.jax_default_matmul_precision
     seen = []
     X = np.random.default_rng(0).normal(size=(20, 2))
     y = X @ np.array([1.0, -1.0]) + 0.3 * np.random.default_rng(1).normal(size=20)
@@ -488,11 +492,25 @@ def test_engines_trace_with_full_precision_matrix_products():
     for engine, options in fits.items():
         seen.clear()
         post = getattr(inference, engine)(model, X, y, seed=0, **options)
-        assert seen and set(seen) == {compiled.MATMUL_PRECISION}, (engine, seen)
+        assert seen and set(seen) == {expected}, (engine, seen)
     seen.clear()
     post.predict(X[:3])
-    assert seen and set(seen) == {compiled.MATMUL_PRECISION}
+    assert seen and set(seen) == {expected}
     assert jax.config.jax_default_matmul_precision == before
+
+
+def test_on_cpus_a_program_is_shared_inside_and_outside_engine_calls():
+    """The precision setting is part of every jit cache key: on CPUs only (where it changes no
+    result) the engines' scope leaves it alone, so a function the user's code runs both outside
+    and inside an engine call compiles once."""
+    if compiled.reduced_precision_products():
+        pytest.skip("a backend here is not a CPU: the engines set full precision")
+    f = jax.jit(lambda a: a @ a + 1.0)
+    x = jnp.ones((3, 3))
+    f(x)
+    with compiled.scope():
+        f(x)
+    assert f._cache_size() == 1
 
 
 def _tf32(x):
@@ -523,6 +541,7 @@ def tf32_products(monkeypatch):
 
     compiled.clear()
     jax.clear_caches()
+    monkeypatch.setattr(compiled, "reduced_precision_products", lambda: True)  # as on that GPU
     monkeypatch.setattr(lax_internal, "dot_general", dot_general)
     monkeypatch.setattr(jax.lax, "dot_general", dot_general)
     yield
