@@ -229,10 +229,31 @@ def test_the_traceability_verdict_is_kept_per_data_contents(monkeypatch):
     compiled.clear()
 
 
+def test_rounding_apart_accepts_rounding_only():
+    """`compiled._rounding_apart`: equal up to `SAME_ULPS` units in the last place of the arrays'
+    scale, with NaN and inf in the same places; anything more, or integers that differ, is not."""
+    x = np.linspace(-2.0, 2.0, 9)
+    for dtype in (np.float32, np.float64):
+        a = x.astype(dtype)
+        ulp = np.finfo(dtype).eps * 2.0
+        assert compiled._rounding_apart(a, a + (ulp * np.sign(a)).astype(dtype))
+        assert not compiled._rounding_apart(a, (a * (1 + 1e-6)).astype(dtype))  # ~8 ulps: not rounding
+        assert not compiled._rounding_apart(a, (a + 10 * compiled.SAME_ULPS * ulp).astype(dtype))
+        b = a.copy(); b[0] = np.nan
+        assert compiled._rounding_apart(b, b.copy()) and not compiled._rounding_apart(a, b)
+    assert not compiled._rounding_apart(np.arange(3), np.arange(3) + 1)
+
+
 def _recoded_with_numpy(X, y=None):  # NumPy work on concrete data, jnp work on traced data
     scale = np.sqrt(np.mean(np.asarray(X) ** 2)) if not isinstance(X, jax.core.Tracer) else jnp.sqrt(jnp.mean(X ** 2))
     w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
     numpyro.sample("y", dist.Bernoulli(logits=X @ w / scale), obs=y)
+
+
+def _scaled_with_numpy(X, y=None):  # concrete data moved by 1e-3 relative: more than rounding
+    X = np.asarray(X) * (1.0 + 1e-3) if not isinstance(X, jax.core.Tracer) else X
+    w = numpyro.sample("w", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
 
 def _shifted_with_numpy(X, y=None):  # concrete data shifted, traced data not: a different answer
@@ -246,7 +267,8 @@ def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
     """`compiled.same_program` (the verdict from the log joint's programs, concrete and traced,
     with what does not depend on the latents compared by value) answers "same" only where the
     compiled check finds the same log joint, in float32 and float64, and refuses a model that
-    shifts concrete data only; for the library's models `traceable` needs no compiled check."""
+    shifts or rescales (by 1e-3) concrete data only; for the library's models `traceable` needs no
+    compiled check, also where NumPy and XLA round their kernel differently."""
     import probmodels
 
     rng = np.random.default_rng(7)
@@ -254,8 +276,11 @@ def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
     y01 = (X[:, 0] > 0).astype(np.int32)
     cases = [(_logistic, (X, y01), True), (_concrete_only, (X, y01), True),
              (_concrete_only, (X, 2 * y01 - 1), False), (_shifted_with_numpy, (X, y01), False),
-             (_recoded_with_numpy, (X, y01), None)]
+             (_scaled_with_numpy, (X, y01), False), (_recoded_with_numpy, (X, y01), None)]
+    X2 = np.random.default_rng(0).normal(size=(30, 2))  # its kernel: NumPy and XLA differ by 1/2 ulp
+    y2 = X2[:, 0] > 0
     library = [(probmodels.probit_regression, (X, y01 > 0), {}), (probmodels.gp_classifier, (X, y01 > 0), {}),
+               (probmodels.gp_classifier, (X2, y2), {}), (probmodels.gp_regression, (X2, X2[:, 0]), {}),
                (probmodels.bayes_machine, (X, y01 > 0), {}),  # `y == (f > 0)` on NumPy labels runs reflected
                (probmodels.gaussian_mixture, (X,), {"num_components": 2}),
                (probmodels.hmm, (X[:, 0],), {"num_states": 2})]
