@@ -96,6 +96,25 @@ def _build(model, options):
     return build
 
 
+def _inside_support(values: dict, trace) -> bool:
+    """Whether each start is finite and inside its site's support (where the ``trace`` shows a
+    support that can be checked on these values)."""
+    for name, value in values.items():
+        value = np.asarray(value)
+        if not np.all(np.isfinite(value)):
+            return False
+        site = (trace or {}).get(name)
+        if site is None:
+            continue
+        try:
+            inside = np.asarray(site["fn"].support.check(value))
+        except Exception:  # noqa: BLE001 - a support with abstract parameters: not checked here
+            continue
+        if not np.all(inside):
+            return False
+    return True
+
+
 _SECONDS: dict = {}  # shortest wall time of a NUTS run, per model, data structure and settings
 
 
@@ -127,7 +146,9 @@ def run_nuts(model, args, kwargs, *, seed, num_warmup, num_samples, num_chains, 
         # mixture diagnostics run: inside the chains' program NumPyro traced a mixture's k-means
         # start twice (its transforms, its validity loop), ~1/3 of that program's compilation
         starts = [_model.start_values(model, args, kwargs, default=init_to_uniform, trace=trace, key=k) for k in keys]
-        init_values = {k: np.stack([np.asarray(s[k]) for s in starts]) for k in starts[0]}
+        per_chain = all(_inside_support(s, trace) for s in starts)
+        if per_chain:  # else NumPyro's own search, which draws the declared starts again with new keys
+            init_values = {k: np.stack([np.asarray(s[k]) for s in starts]) for k in starts[0]}
     has_init = init_values is not None
     init = {k: jnp.asarray(v) for k, v in init_values.items()} if has_init else None
     settings = (num_warmup, num_samples, num_chains, chain_method, float(target_accept),
