@@ -341,33 +341,39 @@ EXPENSIVE = {("dp_mixture", "mcmc"), ("dp_mixture", "vi"), ("gaussian_mixture", 
              ("gaussian_mixture", "vi"), ("gaussian_mixture", "laplace"), ("gp_classifier", "laplace"), ("hmm", "mcmc"), ("hmm", "vi"),
              ("hmm", "laplace"), ("lda", "vi"), ("linear_regression", "vi"), ("spike_and_slab_probit", "mcmc"),
              ("spike_and_slab_regression", "mcmc")}
-# Known defects, kept visible (strict: the cell fails the suite once it starts passing):
+# Known defects, kept visible (strict: the cell fails the suite once it starts passing), by cell id.
 KNOWN = {
-    ("dp_mixture", "mcmc"): "NUTS at defaults keeps a spurious occupied component (location error 1.1-1.7; "
-                            "reported converged=False)",
+    "dp_mixture-mcmc-float64-seeds12": "NUTS at defaults keeps a spurious occupied component at seed 1 in float64 "
+                                       "(location error 1.5; reported converged=False). Since each chain starts "
+                                       "at its own declared start (2026-11-27) the other five seed and dtype "
+                                       "cells recover the truth (location error 0.26-0.36; before: 1.1-1.7)",
 }
+# Too long for `make test` even at one seed (DP mixture NUTS: 35-80 s a seed): every seed runs with
+# the slow checks, as the other DP-mixture NUTS checks (tests/probmodels/test_mixtures.py) do.
+SLOW_ONLY = {("dp_mixture", "mcmc")}
 
 
 def _cells():
     out = []
+
+    def known(cell_id):
+        return [pytest.mark.xfail(strict=True, reason=KNOWN[cell_id])] if cell_id in KNOWN else []
+
     for name, case in CASES.items():
         for engine in case[3]:
             for dtype in DTYPES:
                 # float32 (JAX's default: what users get) runs by default; the same cells in float64,
                 # where every other test file checks these engines, run with the slow checks
-                marks = [] if dtype == "float32" else [pytest.mark.slow]
-                if (name, engine) in KNOWN:
-                    marks.append(pytest.mark.xfail(strict=True, reason=KNOWN[(name, engine)]))
+                default = dtype == "float32" and (name, engine) not in SLOW_ONLY
+                marks = [] if default else [pytest.mark.slow]
+                cell_id = f"{name}-{engine}-{dtype}"
                 if (name, engine) in EXPENSIVE:
-                    rest = marks + [pytest.mark.slow]
-                    if (name, engine) in KNOWN:
-                        marks = rest  # a known failure that is also expensive runs with the slow checks only
-                    out.append(pytest.param(name, engine, dtype, SEEDS[1:], marks=rest,
-                                            id=f"{name}-{engine}-{dtype}-seeds12"))
+                    rest = [pytest.mark.slow] + known(cell_id + "-seeds12")
+                    out.append(pytest.param(name, engine, dtype, SEEDS[1:], marks=rest, id=cell_id + "-seeds12"))
                     seeds = SEEDS[:1]
                 else:
                     seeds = SEEDS
-                out.append(pytest.param(name, engine, dtype, seeds, marks=marks, id=f"{name}-{engine}-{dtype}"))
+                out.append(pytest.param(name, engine, dtype, seeds, marks=marks + known(cell_id), id=cell_id))
     return out
 
 
