@@ -5,7 +5,9 @@ persistent cache holds the executable (0.3-0.5 s for a small model). Here warmup
 all chains are one function of ``(keys, init_values, data arrays)`` built once per model
 structure and options, so a second fit of the same model on data of the same shape only runs.
 The chains are NumPyro's: same kernel, same key splitting, same initialisation, so a seed gives
-raw NumPyro's draws.
+raw NumPyro's draws; only a model whose sites declare data-driven starts (`inference.latent`)
+starts each chain at its own declared start, computed by the start program the other engines
+share (one call per chain key) and passed in as that chain's initial values.
 
 Chains run in parallel over devices (``shard_map``, one chain per device), one after the other on one device
 (``lax.map``: one compilation for all chains) or vectorised (``vmap``).
