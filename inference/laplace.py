@@ -140,7 +140,8 @@ def laplace(
         return _model.postprocess(model, post)
 
     key = jax.random.PRNGKey(seed)
-    x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, trace))
+    own = _model.init_values(model, args, kwargs, seed)  # the model's own start, if it offers one
+    x0, unravel = ravel_pytree(_initial_point(model, args, kwargs, seed, trace, own))
     if mesh is None:  # programs kept per model structure, the data passed as arguments
         progs, data = compiled.get("laplace", model, args, kwargs, (max_iter, tol), lambda rebuild: _programs(
             model, unravel, lambda arrays: rebuild(arrays), max_iter, tol), persist=True)
@@ -153,7 +154,7 @@ def laplace(
         mode_finder = "latent-newton"
     else:  # Newton on the potential for a few dimensions (no L-BFGS program to compile), else L-BFGS
         mode_finder = "newton" if x0.shape[0] <= NEWTON_MAX_DIM else "lbfgs"
-        x0 = _valid_start(model, args, kwargs, seed, key, x0, progs, data)
+        x0 = _valid_start(model, args, kwargs, key, own, x0, progs, data)
         x, _, iters = _search(mode_finder, progs, x0, data, max_iter, tol)
     x, H, g, polish_steps = _newton_polish(progs, x, data)
     escapes = 0
@@ -225,11 +226,12 @@ def laplace(
     return _model.postprocess(model, post)
 
 
-def _initial_point(model, args, kwargs, seed, trace) -> dict:
+def _initial_point(model, args, kwargs, seed, trace, own) -> dict:
     """The start of the mode search (unconstrained values by site): each site's declared start or
     its prior mean (`inference.latent.init_to_prior_mean`: no prior draws to compile), overridden
-    by the model's own starting values where it offers them. The constrained start comes from the
-    program VI and the mixture diagnostics run too (`_model.start_values`); only its map to
+    by the model's own starting values ``own`` (`_model.init_values`) where it offers them. The
+    constrained start comes from the program VI and the mixture diagnostics run too
+    (`_model.start_values`); only its map to
     unconstrained space is this engine's (a small program kept per structure). NumPyro's
     ``initialize_model`` in one program compiled the start, the potential and its gradient inside
     its validity loop: ~1.7 s of a mixture's or an HMM's first Laplace fit, the start again apart
@@ -238,7 +240,6 @@ def _initial_point(model, args, kwargs, seed, trace) -> dict:
     from numpyro.infer.util import unconstrain_fn
 
     values = _model.start_values(model, args, kwargs, seed, default=init_to_prior_mean, trace=trace)
-    own = _model.init_values(model, args, kwargs, seed)
     if own is not None:
         values = {**values, **{k: jnp.asarray(v) for k, v in own.items() if k in values}}
 
@@ -252,13 +253,12 @@ def _initial_point(model, args, kwargs, seed, trace) -> dict:
     return compiled.call("unconstrain", model, args, kwargs, (), build, values, persist=True)
 
 
-def _valid_start(model, args, kwargs, seed, key, x0, progs, data):
+def _valid_start(model, args, kwargs, key, own, x0, progs, data):
     """``x0`` where the potential is finite there; else NumPyro's own search for a valid start
     (its eager ``initialize_model``: it raises its error naming the site, or finds one)."""
     x0 = np.asarray(x0)  # uncommitted: sharded data decide where the programs run
     if np.isfinite(float(progs.value(jnp.asarray(x0), data))):
         return x0
-    own = _model.init_values(model, args, kwargs, seed)
     strategy = init_to_value(values=own) if own is not None else _model.site_init(init_to_prior_mean)
     z = initialize_model(key, model, model_args=args, model_kwargs=kwargs, init_strategy=strategy)[0].z
     return np.asarray(ravel_pytree(z)[0])
