@@ -145,7 +145,13 @@ MATMUL_PRECISION = "float32"
 
 def reduced_precision_products() -> bool:
     """Whether a float32 matrix product may run at reduced precision at JAX's default setting:
-    some available backend is not a CPU (a GPU's TF32, a TPU's bfloat16 passes)."""
+    some available backend is not a CPU (a GPU's TF32, a TPU's bfloat16 passes).
+
+    Example:
+        >>> import jax
+        >>> reduced_precision_products() == any(d.platform != "cpu" for d in jax.devices())
+        True
+    """
     from jax.extend.backend import backends
 
     return any(name != "cpu" for name in backends())

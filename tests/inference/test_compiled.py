@@ -117,11 +117,13 @@ def _scale_model(y=None):
     numpyro.sample("y", dist.Normal(0.0, s), obs=y)
 
 
-def test_nuts_starts_each_chain_at_its_declared_start_or_searches_when_one_is_invalid():
+@pytest.mark.parametrize("x64", [False, True])
+def test_nuts_starts_each_chain_at_its_declared_start_or_searches_when_one_is_invalid(x64):
     """NUTS takes each chain's declared start from the shared start program; a start outside its
     site's support (here -1 for a scale, for about half the keys) sends the chains back to
     NumPyro's own search, which draws the declared start again with new keys. Either way the
-    posterior is the quadrature one (mean of the scale within 0.25 posterior sd)."""
+    posterior is the quadrature one (mean of the scale within 0.25 posterior sd), in float32 and
+    float64."""
     from inference.chains import _inside_support
     from inference import _model
 
@@ -135,9 +137,11 @@ def test_nuts_starts_each_chain_at_its_declared_start_or_searches_when_one_is_in
     p /= p.sum()
     mean, sd = p @ grid, np.sqrt(p @ (grid - p @ grid) ** 2)
     for seed in (0, 1, 2):
-        post = inference.mcmc(_scale_model, y, num_warmup=300, num_samples=500, num_chains=4, seed=seed,
-                              progress=False)
+        with jax.enable_x64(x64):
+            post = inference.mcmc(_scale_model, y, num_warmup=300, num_samples=500, num_chains=4, seed=seed,
+                                  progress=False)
         draws = post.samples["s"]
+        assert draws.dtype == (np.float64 if x64 else np.float32)
         assert np.all(np.isfinite(draws)) and np.all(draws > 0)
         assert abs(draws.mean() - mean) < 0.25 * sd, (seed, draws.mean(), mean)
 
