@@ -1,0 +1,81 @@
+"""First-fit latency of two revisions side by side: each measurement is a fresh Python process
+(compilation cache off) fitting one library model with one engine at default options; the time is
+that of the first fit (imports excluded). The revisions run interleaved, ``--repeats`` rounds;
+the median per revision and their ratio are reported. The base revision runs from a temporary
+``git worktree``.
+
+Reproduce (from the project root):
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base 06627c2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+CASES = [("gaussian_mixture", "laplace"), ("hmm", "laplace"), ("logistic_regression", "laplace"),
+         ("gaussian_mixture", "mcmc"), ("hmm", "mcmc"), ("bayes_machine", "ep"), ("gp_classifier", "laplace")]
+
+CHILD = r"""
+import json, sys, time
+import jax; jax.config.update("jax_enable_x64", True)
+import numpy as np
+import inference, probmodels
+name, engine = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+if name == "gaussian_mixture":
+    args, kw = (np.concatenate([rng.normal(-2, .5, (100, 1)), rng.normal(2, .5, (100, 1))]),), {"num_components": 2}
+elif name == "hmm":
+    args, kw = (np.concatenate([rng.normal(-1, .5, 100), rng.normal(2, .5, 100)]),), {"num_states": 2}
+else:
+    X = rng.normal(size=(30, 2))
+    y = (X[:, 0] * X[:, 1] > 0).astype(int) if name == "bayes_machine" else (X @ [1.5, -1.0] > 0).astype(int)
+    args, kw = (X, y), {}
+t0 = time.perf_counter()
+getattr(inference, engine)(getattr(probmodels, name), *args, seed=0, progress=False, **kw)
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+
+def run(root, name, engine):
+    env = dict(os.environ, PYTHONPATH=root, INFERENCE_COMPILATION_CACHE="0", INFERENCE_PROGRESS="0",
+               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+    out = subprocess.run([sys.executable, "-c", CHILD, name, engine], capture_output=True, text=True, env=env,
+                         cwd=root, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="06627c2", help="the revision to compare with (default: 06627c2)")
+    parser.add_argument("--repeats", type=int, default=2)
+    opts = parser.parse_args()
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "base")
+        subprocess.run(["git", "worktree", "add", "--detach", base, opts.base], cwd=here, check=True,
+                       capture_output=True)
+        try:
+            rows = []
+            for name, engine in CASES:
+                times = {"base": [], "head": []}
+                for _ in range(opts.repeats):
+                    times["base"].append(run(base, name, engine))
+                    times["head"].append(run(here, name, engine))
+                b, h = np.median(times["base"]), np.median(times["head"])
+                rows.append(f"| {name} | {engine} | {b:.2f} | {h:.2f} | {h / b:.2f} |")
+                print(rows[-1], flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", base], cwd=here, capture_output=True)
+    print(f"\n| model | engine | {opts.base} (s) | HEAD (s) | HEAD / base |\n|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
