@@ -2,6 +2,7 @@
 ValueError naming it (a default value passes), and every advertised option works (issue 21,
 finding 7: each of these was dropped without a word, or raised TypeError)."""
 
+import jax
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
@@ -127,3 +128,25 @@ def test_engine_warnings_point_at_the_callers_line():
                      num_samples=10, progress=False)
     plateau = [w for w in caught if "ELBO plateau" in str(w.message)]
     assert plateau and plateau[0].filename == __file__
+
+
+@pytest.mark.parametrize("backend, devices, chains, expected", [
+    ("cpu", 1, 4, "sequential"), ("cpu", 4, 4, "parallel"), ("cpu", 4, 1, "sequential"),
+    ("gpu", 1, 4, "vectorized"), ("gpu", 4, 4, "parallel"), ("tpu", 2, 4, "vectorized")])
+def test_default_chain_method_follows_the_device(monkeypatch, backend, devices, chains, expected):
+    """Chains side by side on an accelerator (a NUTS step there is bound by kernel launches),
+    one after another on a CPU, one per device where there are enough."""
+    from inference.mcmc import default_chain_method
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    monkeypatch.setattr(jax, "local_device_count", lambda: devices)
+    assert default_chain_method(chains) == expected
+
+
+def test_mcmc_uses_the_default_chain_method(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    post = inference.mcmc(probmodels.linear_regression, X, X @ np.array([1.0, -1.0]), num_warmup=20,
+                          num_samples=20, num_chains=2, progress=False)
+    assert post.diagnostics["chain_method"] == "vectorized"
+    assert post.samples["w"].shape == (2, 20, 2)
