@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _model, linalg
+from inference import _model, linalg, random_draws
 from inference import progress as progress_bar
 from inference import convergence as _convergence
 from inference.bayes_machine_model import JITTER_LADDER, bayes_machine_parts
@@ -98,7 +98,7 @@ def step(rng_key, state: ESSState, chol_K, prior_mean, t, a0, b0, *, learn: bool
     f, _ = propose(theta)
     k = _disagree(f, t)
     if learn:
-        eps = jax.random.beta(k_eps, a0 + k, b0 + t.shape[0] - k, dtype=g.dtype)
+        eps = random_draws.beta(k_eps, a0 + k, b0 + t.shape[0] - k, dtype=g.dtype)
     else:
         eps = state.eps
     return ESSState(f, eps, step_log_lik(f, eps, t)), ESSInfo(shrinks, k)

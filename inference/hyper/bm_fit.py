@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inference import _model, _options, compiled, linalg
+from inference import _model, _options, compiled, linalg, random_draws
 from inference.bayes_machine_model import bayes_machine_parts
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -188,7 +188,7 @@ def draw(model, hs, model_inputs, f_site, eps_site, learn, phi, warm, key, num: 
     if learn:
         a, b = c["a0"] + jnp.sum(sa), c["b0"] + jnp.sum(sb)
         tiny = jnp.finfo(mean.dtype).tiny
-        eps = jnp.clip(jax.random.beta(k_e, a, b, (num,), mean.dtype), tiny, 1.0 - jnp.finfo(mean.dtype).epsneg)
+        eps = jnp.clip(random_draws.beta(k_e, a, b, (num,), mean.dtype), tiny, 1.0 - jnp.finfo(mean.dtype).epsneg)
         values[eps_site] = eps
         log_q = log_q + jax.scipy.stats.beta.logpdf(eps, a, b)
     x = jnp.concatenate([values[name].reshape(num, -1) for name in hs.latent], axis=1)
