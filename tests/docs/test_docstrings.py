@@ -31,7 +31,7 @@ MODULES = [
     "inference.exact", "inference.exact.bp", "inference.exact.driver", "inference.exact.eliminate",
     "inference.exact.factors", "inference.exact.plan", "probmodels.bayes_net", "probmodels.graphs",
     "probmodels.experts", "inference.moe_em", "probmodels.factor", "probmodels.ibp", "inference.ibp_vi",
-    "inference.ibp_gibbs",
+    "inference.ibp_gibbs", "inference.random_draws",
     "inference.kalman", "inference.kalman.driver", "inference.kalman.em", "inference.kalman.linalg",
     "inference.kalman.parallel", "inference.kalman.sampling", "inference.kalman.sequential",
     "inference.kalman.univariate", "probmodels.lds",
