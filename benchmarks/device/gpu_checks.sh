@@ -10,7 +10,7 @@
 #     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $p; done
 #
-# then run `bash benchmarks/device/gpu_checks.sh` there with carry [".whl"]. dynamax imports
+# then run `bash benchmarks/device/gpu_checks.sh` there with carry [".whl"] (HMM=0, KALMAN=0 skip parts). dynamax imports
 # fastprogress (which needs fasthtml); a stand-in is written below: the smoothers never call it.
 # 2026-11-26 on an H200 the Kalman part took ~3 min and the matrix did not finish in 4 (the NUTS
 # cells compile slowly on the GPU): the results of that day are in benchmarks/RESULTS.md and the
@@ -25,6 +25,12 @@ cp /tmp/stub/fastprogress/__init__.py /tmp/stub/fastprogress/fastprogress.py
 export PYTHONPATH=/tmp/site:/tmp/stub:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false INFERENCE_COMPILATION_CACHE=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+# 0. The HMM on an accelerator (RESULTS.md, session 39: its NUTS fit did not finish on an H200):
+#    the likelihood's depth (scan vs tree) and a short NUTS fit; HMM=0 skips it
+if [ "${HMM:-1}" != 0 ]; then
+  timeout -k 10 120 python3 benchmarks/hmm_likelihood_depth.py --float32 --steps 300,2000 --states 2,3 2>&1 | tee $OUT/hmm_depth_gpu.txt
+  timeout -k 10 240 python3 benchmarks/device/mcmc_probe.py --models hmm --warmup 100 --samples 100 2>&1 | tee $OUT/hmm_nuts_gpu.txt
+fi
 # 1. Kalman smoother, ours vs dynamax, sequential and parallel (float64); KALMAN=0 skips it
 [ "${KALMAN:-1}" = 0 ] || timeout 190 python3 -W ignore::SyntaxWarning benchmarks/kalman_vs_dynamax.py --steps 1000,100000 --dims 2,10 \
   --pykalman-max 0 --max-parallel-work 1e7 2>&1 | tee $OUT/kalman_gpu.txt
