@@ -159,6 +159,7 @@ def default_chain_method(num_chains: int) -> str:
         >>> default_chain_method(1) == ("sequential" if jax.default_backend() == "cpu" else "vectorized")
         True
     """
+    num_chains = _options.positive_int(num_chains, "num_chains")
     if jax.local_device_count() >= num_chains > 1:
         return "parallel"
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"

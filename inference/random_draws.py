@@ -2,7 +2,9 @@
 
 `jax.random.beta` draws its two Gamma variates with two `jax.random.loggamma` calls: two
 rejection samplers (``while_loop``s) in every program that draws a Beta. Here both come from one
-call on the stacked shapes: the same distribution, one sampler to compile.
+call on the stacked shapes: the same distribution, one sampler to compile. For draws made once,
+outside a compiled loop, the host's NumPy sampler compiles nothing (the Bayes machine's EP noise
+rate, `inference.ep.bm_posterior`); this is for draws inside one (a Gibbs step, a kept program).
 """
 
 from __future__ import annotations

@@ -143,6 +143,15 @@ def test_default_chain_method_follows_the_device(monkeypatch, backend, devices, 
     assert default_chain_method(chains) == expected
 
 
+def test_default_chain_method_refuses_a_bad_count():
+    from inference.mcmc import default_chain_method
+
+    with pytest.raises(ValueError, match="num_chains"):
+        default_chain_method(0)
+    with pytest.raises(TypeError, match="num_chains"):
+        default_chain_method(2.0)
+
+
 def test_mcmc_uses_the_default_chain_method(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     X = np.random.default_rng(0).normal(size=(20, 2))
