@@ -12,6 +12,7 @@ default there); the HMM's first fit did not finish in ~200 s. Next: the HMM with
 ``--models hmm --warmup 100 --samples 100`` and a profile of one leapfrog step.
 
     python3 benchmarks/device/mcmc_probe.py [--models linear_regression,hmm] [--warmup 500 --samples 500]
+        [--chain-method vectorized|sequential|parallel]
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--chain-method", default=None, help="ours only (default: the library's default)")
     ns = parser.parse_args()
     jax.monitoring.register_event_duration_secs_listener(_listen)
     from numpyro.infer import MCMC, NUTS
@@ -66,7 +68,8 @@ def main() -> None:
     for name in ns.models.split(","):
         args, kwargs = data(name)
         model = getattr(probmodels, name)
-        opts = dict(num_warmup=ns.warmup, num_samples=ns.samples, num_chains=ns.chains, progress=False)
+        opts = dict(num_warmup=ns.warmup, num_samples=ns.samples, num_chains=ns.chains, progress=False,
+                    chain_method=ns.chain_method)
         for label, seed in (("ours, first fit", 0), ("ours, warm refit", 1)):
             c0, n0, t = COMPILE["s"], COMPILE["n"], time.perf_counter()
             post = inference.mcmc(model, *args, seed=seed, **opts, **kwargs)
