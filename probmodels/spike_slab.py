@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 from jax.scipy.special import log_ndtr
 
 from inference.spikeslab.distribution import SpikeSlab
@@ -48,9 +49,14 @@ def spike_and_slab_regression(X, y=None, *, p_incl=0.1, slab_scale=1.0, noise_sc
     Args:
         X: ``(n, d)`` design matrix.
         y: ``(n,)`` responses, or ``None`` to sample them.
-        p_incl: prior inclusion probability, scalar or ``(d,)``, in (0, 1).
+        p_incl: prior inclusion probability, scalar or ``(d,)``, in (0, 1); or a prior on it (a
+            proper continuous distribution on (0, 1) drawing a scalar, e.g. ``dist.Beta(1, 9)``),
+            sampled as site ``p_incl``: a hyperparameter that ``inference.ep(..., hyper="map" |
+            "integrate")`` learns or integrates over (known ``noise_scale``;
+            `inference.hyper.ss_fit`), and that MCMC samples.
         slab_scale: slab standard deviation (> 0), scalar or ``(d,)``; in noise-scale units when
-            the precision is unknown (Normal-Gamma).
+            the precision is unknown (Normal-Gamma); or a prior on it (on (0, inf), drawing a
+            scalar, e.g. ``dist.HalfNormal(2.0)``), sampled as site ``slab_scale``, likewise.
         noise_scale: fixed noise standard deviation (> 0), scalar or ``(n,)``; ``None`` puts a
             Gamma(``noise_prior`` = (shape, rate)) prior on the noise precision (site ``precision``).
 
@@ -63,8 +69,8 @@ def spike_and_slab_regression(X, y=None, *, p_incl=0.1, slab_scale=1.0, noise_sc
     """
     X, y = _check_design(X, y, labels=False)
     n, d = np.shape(X)
-    p = _check_prob(p_incl, d)
-    s = _check_positive(slab_scale, "slab_scale", d)
+    p = _prob_or_prior(p_incl, d, "spike_and_slab_regression")
+    s = _positive_or_prior(slab_scale, "slab_scale", d, "spike_and_slab_regression")
     z = numpyro.sample("z", dist.Bernoulli(probs=jnp.broadcast_to(p, (d,))).to_event(1))
     if noise_scale is None:
         a, b = _check_noise_prior(noise_prior)
@@ -93,8 +99,8 @@ def spike_and_slab_probit(X, y=None, *, p_incl=None, slab_scale=1.0):
     """
     X, y = _check_design(X, y, labels=True)
     n, d = np.shape(X)
-    p = _check_prob(default_p_incl(d) if p_incl is None else p_incl, d)
-    s = _check_positive(slab_scale, "slab_scale", d)
+    p = _prob_or_prior(default_p_incl(d) if p_incl is None else p_incl, d, "spike_and_slab_probit")
+    s = _positive_or_prior(slab_scale, "slab_scale", d, "spike_and_slab_probit")
     z = numpyro.sample("z", dist.Bernoulli(probs=jnp.broadcast_to(p, (d,))).to_event(1))
     w = numpyro.sample("w", SpikeSlab(z, jnp.broadcast_to(s, (d,))).to_event(1))
     f = jnp.asarray(X) @ w
@@ -190,6 +196,40 @@ def _labels01(y):
     if values <= {-1, 1}:
         return (y > 0).astype(np.int32)
     raise ValueError(f"y: labels must be {{0, 1}}, {{-1, +1}} or bool, got values {sorted(values)[:5]}")
+
+
+def _prob_or_prior(p, d, model):
+    """An inclusion probability (`_check_prob`), or a prior on it, sampled as site ``p_incl``: a
+    proper continuous distribution on (0, 1) drawing a scalar."""
+    from probmodels.kernels import _is_prior
+
+    if not _is_prior(p):
+        return _check_prob(p, d)
+    label = f"{model}: the prior of p_incl ({type(p).__name__})"
+    support = p.support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    if isinstance(p, dist.ImproperUniform) or support.is_discrete:
+        raise ValueError(f"{label} must be a proper continuous distribution on (0, 1), e.g. dist.Beta(1.0, 9.0)")
+    lower, upper = getattr(support, "lower_bound", None), getattr(support, "upper_bound", None)
+    if lower is None or upper is None or _traced(lower) or _traced(upper) \
+            or not (np.all(np.asarray(lower) >= 0) and np.all(np.asarray(upper) <= 1)):
+        raise ValueError(f"{label} has support {support}: p_incl must lie in (0, 1); use e.g. dist.Beta(1.0, 9.0)")
+    if tuple(p.batch_shape) + tuple(p.event_shape):
+        raise ValueError(f"{label} must draw a scalar, got shape {tuple(p.batch_shape) + tuple(p.event_shape)}")
+    return numpyro.sample("p_incl", p)
+
+
+def _positive_or_prior(v, name, size, model):
+    """A positive scale (`_check_positive`), or a prior on it sampled as site ``name``."""
+    from probmodels import _checks
+    from probmodels.kernels import _is_prior
+
+    return _checks.positive_or_prior(v, name, model) if _is_prior(v) else _check_positive(v, name, size)
+
+
+def _traced(x) -> bool:
+    return not _concrete(x)
 
 
 def _check_prob(p, d):

@@ -106,8 +106,10 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress
             bar is shown. The Bayes machine learns its kernel's hyperparameters by its own EP's
             evidence (the noise rate stays with EP; `inference.hyper.bm_fit`: the sites'
-            implicit derivative is added, as its log Z is not stationary in them); the sparse
-            Bayes machine and spike-and-slab EPs do not take it.
+            implicit derivative is added, as its log Z is not stationary in them); so does the
+            spike-and-slab regression with a known noise scale, for priors on ``p_incl`` and
+            ``slab_scale`` (`inference.hyper.ss_fit`, sequential sweeps); the sparse Bayes
+            machine, the spike-and-slab probit and the unknown-noise regression do not take it.
         model_kwargs: model arguments whose names collide with the options above.
 
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
@@ -158,10 +160,16 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
 
             return bm_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,
                             num_samples=num_samples, max_iter=max_iter, tol=tol, seed=seed)
+        if hook is not None and _special.has_spike_and_slab(trace) and covariance in (None, "full"):
+            from inference.hyper.ss_fit import ss_hyper
+
+            return ss_hyper(model, args, kwargs, trace, hyper, damping=damping, num_samples=num_samples,
+                            max_iter=max_iter, tol=tol, seed=seed)
         if hook is not None:
-            raise ValueError(f"hyper={hyper!r}: the sparse Bayes machine's (active_set_size) and spike-and-slab "
-                             "EPs do not learn hyperparameters; use inference.laplace(..., hyper=...), "
-                             "inference.mcmc, or the full Bayes machine")
+            raise ValueError(f"hyper={hyper!r}: the sparse Bayes machine's (active_set_size) EP and the factorised "
+                             "spike-and-slab EP (covariance='factorized') do not learn hyperparameters; use "
+                             "inference.laplace(..., hyper=...), the full Bayes machine, or the spike-and-slab "
+                             "regression with a known noise_scale")
         from inference.hyper.ep_fit import ep_hyper
 
         return ep_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,

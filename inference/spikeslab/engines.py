@@ -28,13 +28,20 @@ from inference import progress as progress_bar
 
 from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, precision_grid, vi
 from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs
-from inference.spikeslab.structure import Problem, extract
+from inference.spikeslab.structure import Problem, extract, prior_hyperparameters
 
 EP_DEFAULTS = {"damping": 0.5, "tol": 1e-6, "max_iter": 200}  # inference.ep passes its tol and max_iter (same values)
 UNDAMPED_MAX_ITER = 200  # default full-covariance probit EP: sweeps allowed undamped before the damped run
 
 
 def _problem(model, args, kwargs, trace, engine) -> Problem:
+    hyper = prior_hyperparameters(model, args, kwargs, trace)
+    if hyper:
+        how = ("inference.ep(..., hyper='map' or 'integrate') learns them (spike-and-slab regression with a known "
+               "noise_scale)" if engine == "ep" else "inference.ep(..., hyper='map' or 'integrate') learns them "
+               f"(regression with a known noise_scale); {engine} takes them fixed")
+        raise ValueError(f"the spike-and-slab model has hyperparameter sites {hyper} (priors on the prior's "
+                         f"inclusion probability or slab scale): {how}; or give them as numbers")
     prob = extract(model, args, kwargs, trace)
     if prob.y is None:
         raise ValueError(f"site {prob.y_site!r}: {engine} needs observed data (pass the model's y=...)")

@@ -70,6 +70,30 @@ def matches(trace) -> bool:
     return bool(spike_slab_sites(trace))
 
 
+def prior_hyperparameters(model, args, kwargs, trace) -> list[str]:
+    """The continuous unobserved sites that only the indicators or the weights depend on: the
+    prior's hyperparameters (``p_incl``, ``slab_scale`` given as priors), which the engines take as
+    numbers and ``inference.ep(..., hyper=...)`` learns (`inference.hyper.ss_fit`). A Gamma noise
+    precision is not one (the likelihood depends on it). Read from NumPyro's provenance tracking
+    (an abstract run), once per model structure."""
+    ss = spike_slab_sites(trace)
+    candidates = [n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]
+                  and n not in ss and not s["fn"].support.is_discrete]
+    if len(ss) != 1 or not candidates:
+        return []
+
+    def find():
+        from numpyro.infer.inspect import get_model_relations
+
+        parents = get_model_relations(model, args, kwargs)["sample_sample"]
+        prior_sites = set(ss) | {n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]
+                                 and s["fn"].support.is_discrete}
+        children = {n: {c for c, ps in parents.items() if n in ps} for n in candidates}
+        return [n for n in candidates if children[n] and children[n] <= prior_sites]
+
+    return compiled.memo("spikeslab-prior-hyperparameters", model, args, kwargs, find)
+
+
 def extract(model, args, kwargs, trace) -> Problem:
     """Read (X, y, b, p_incl, slab, noise) from a traced spike-and-slab model, or raise."""
     ss = spike_slab_sites(trace)
@@ -227,4 +251,4 @@ def _noise_structure(prec_name, trace, c, c4, slab1, slab4, y_name, w_name):
     return float(gam.concentration), float(gam.rate)
 
 
-__all__ = ["Problem", "extract", "matches", "SpikeSlab"]
+__all__ = ["Problem", "extract", "matches", "prior_hyperparameters", "SpikeSlab"]

@@ -31,7 +31,7 @@ MODULES = [
     "inference.exact", "inference.exact.bp", "inference.exact.driver", "inference.exact.eliminate",
     "inference.exact.factors", "inference.exact.plan", "probmodels.bayes_net", "probmodels.graphs",
     "probmodels.experts", "inference.moe_em", "probmodels.factor", "probmodels.ibp", "inference.ibp_vi",
-    "inference.ibp_gibbs", "inference.random_draws",
+    "inference.ibp_gibbs", "inference.random_draws", "inference.hyper.ss_fit",
     "inference.kalman", "inference.kalman.driver", "inference.kalman.em", "inference.kalman.linalg",
     "inference.kalman.parallel", "inference.kalman.sampling", "inference.kalman.sequential",
     "inference.kalman.univariate", "probmodels.lds",
@@ -49,7 +49,7 @@ FITS = {
     "probmodels.selection", "probmodels.spike_slab.spike_and_slab_probit",
     "probmodels.spike_slab.spike_and_slab_regression",
     "inference.distributed_ep.distributed_ep", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
-    "inference.ep.sparse_bm", "inference.ess", "inference.moe_em",
+    "inference.ep.sparse_bm", "inference.ess", "inference.moe_em", "inference.hyper.ss_fit",
 }
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -174,5 +174,8 @@ def test_refusals_name_what_is_wrong():
     from probmodels import spike_and_slab_regression
 
     Xs = np.random.default_rng(0).normal(size=(20, 3))
-    with pytest.raises(ValueError, match="spike-and-slab EPs do not learn hyperparameters"):
+    # spike-and-slab EP learns priors on p_incl / slab_scale (tests/inference/test_hyper_ss.py); without one:
+    with pytest.raises(ValueError, match="spike-and-slab model has no hyperparameter sites"):
         inference.ep(spike_and_slab_regression, Xs, Xs[:, 0], hyper="map", progress=False)
+    with pytest.raises(ValueError, match="factorised spike-and-slab EP .* do not learn"):
+        inference.ep(spike_and_slab_regression, Xs, Xs[:, 0], hyper="map", covariance="factorized", progress=False)
