@@ -284,16 +284,27 @@ def em(X, y, num_experts: int, *, expert: str = "linear", max_iter: int = 500, t
     dtype = jnp.result_type(float)
     Xj, yj = jnp.asarray(X, dtype), jnp.asarray(y, dtype)
     d, n = X.shape[1], X.shape[0]
-    lam = jnp.full((d + 1,), ridge * n, dtype)
-    penalty = Penalty(lam, jnp.zeros((d + 1,), dtype), lam, jnp.zeros((), dtype), jnp.zeros((), dtype))
-    w = jnp.ones((n,), dtype)
-    runs = [fit(key, Xj, yj, w, int(num_experts), expert, penalty, int(max_iter), tol)
-            for key in jax.random.split(jax.random.PRNGKey(seed), int(num_restarts))]
-    finals = jnp.stack([objective(r[0], Xj, yj, w, penalty, expert) for r in runs])
-    best = int(jnp.argmax(jnp.where(jnp.isfinite(finals), finals, -jnp.inf)))
+    # host arrays moved once: eager jnp.full / jnp.zeros / jnp.stack / jnp.argmax each compiled a
+    # program, and so did every operation of an eager `objective` (45 compilations a first call)
+    lam = np.full((d + 1,), ridge * n, dtype)
+    zero = np.zeros((), dtype)
+    penalty = Penalty(*(jnp.asarray(a) for a in (lam, np.zeros((d + 1,), dtype), lam, zero, zero)))
+    w = jnp.asarray(np.ones((n,), dtype))
+    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_restarts))
+    runs = [fit(keys[i], Xj, yj, w, int(num_experts), expert, penalty, int(max_iter), tol)
+            for i in range(int(num_restarts))]
+    finals = np.array([float(_objective(r[0], Xj, yj, w, penalty, expert)) for r in runs])
+    best = int(np.argmax(np.where(np.isfinite(finals), finals, -np.inf)))
     params, trace, iters, converged = runs[best]
-    ll = jnp.sum(logsumexp(joint_log_terms(params, Xj, yj, expert), -1))
-    return EMResult(params, ll, trace, iters, converged, finals)
+    return EMResult(params, _log_likelihood(params, Xj, yj, expert), trace, iters, converged, jnp.asarray(finals))
+
+
+_objective = jax.jit(objective, static_argnames="expert")
+
+
+@functools.partial(jax.jit, static_argnames="expert")
+def _log_likelihood(params, X, y, expert):
+    return jnp.sum(logsumexp(joint_log_terms(params, X, y, expert), -1))
 
 
 __all__ = ["EXPERTS", "EMResult", "MoEParams", "Penalty", "em", "expert_log_likelihood", "fit", "joint_log_terms",
