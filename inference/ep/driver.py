@@ -108,7 +108,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             evidence (the noise rate stays with EP; `inference.hyper.bm_fit`: the sites'
             implicit derivative is added, as its log Z is not stationary in them); so does the
             spike-and-slab regression with a known noise scale, for priors on ``p_incl`` and
-            ``slab_scale`` (`inference.hyper.ss_fit`, sequential sweeps); the sparse Bayes
+            ``slab_scale`` (`inference.hyper.ss_fit`); the sparse Bayes
             machine, the spike-and-slab probit and the unknown-noise regression do not take it.
         model_kwargs: model arguments whose names collide with the options above.
 
@@ -163,8 +163,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         if hook is not None and _special.has_spike_and_slab(trace) and covariance in (None, "full"):
             from inference.hyper.ss_fit import ss_hyper
 
-            return ss_hyper(model, args, kwargs, trace, hyper, damping=damping, num_samples=num_samples,
-                            max_iter=max_iter, tol=tol, seed=seed)
+            return ss_hyper(model, args, kwargs, trace, hyper, schedule=schedule, damping=damping,
+                            num_samples=num_samples, max_iter=max_iter, tol=tol, seed=seed)
         if hook is not None:
             raise ValueError(f"hyper={hyper!r}: the sparse Bayes machine's (active_set_size) EP and the factorised "
                              "spike-and-slab EP (covariance='factorized') do not learn hyperparameters; use "

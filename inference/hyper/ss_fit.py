@@ -9,9 +9,10 @@ priors). The likelihood must be Gaussian with a known noise scale: the Gamma noi
 EP runs on a grid of precisions (`inference.spikeslab.precision_grid`) and the probit EPs have
 their own loops; both are refused with ``hyper=``, naming the reason.
 
-``evidence``: EP's sequential sweeps (`inference.spikeslab.ep_regression`) from the warm sites at
-``stop_gradient(phi)``, the damping halved and the sweeps resumed when they did not converge (at
-most `MAX_DAMPING_HALVINGS` times, as the engine's fallback), then EP's log evidence at ``phi``
+``evidence``: EP's sweeps (`inference.spikeslab.ep_regression`; ``schedule`` as asked, parallel by
+default) from the warm sites at ``stop_gradient(phi)``, then, where they did not converge,
+sequential sweeps with the damping halved each time (at most `MAX_DAMPING_HALVINGS` times, as the
+engine falls back), then EP's log evidence at ``phi``
 with the converged sites held fixed and Q's marginals recomputed from them, plus the adjoint
 term for the sites' own dependence on ``phi``: clipped and skipped sites make ``log Z_EP`` not
 stationary in the sites, so ``lam = (I - dG/ds)^-T d log Z / ds`` (GMRES, ``G`` one damped
@@ -130,21 +131,24 @@ def _state(data, tau, nu):
                                  jnp.asarray(jnp.inf, tau.dtype), zero, zero)
 
 
-def _sweeps(data, sites0, c):
-    """EP's sequential sweeps from ``sites0``, the damping halved while they do not converge."""
+def _sweeps(data, sites0, c, schedule):
+    """EP's sweeps from ``sites0``: the ``schedule`` asked for, then (not converged) sequential
+    sweeps with the damping halved each time, as the engine falls back."""
+    def converged(st):
+        return jnp.isfinite(st.max_change) & (st.max_change <= c["tol"])
+
     def attempt(carry):
         k, st, damping, _ = carry
         st = ep_regression.resume(st._replace(max_change=jnp.asarray(jnp.inf, st.tau.dtype)), data, damping,
                                   c["tol"], c["max_iter"], sequential=True)
-        done = jnp.isfinite(st.max_change) & (st.max_change <= c["tol"])
-        return k + 1, st, 0.5 * damping, done
+        return k + 1, st, 0.5 * damping, converged(st)
 
-    def more(carry):
-        k, _, _, done = carry
-        return (k == 0) | ((k <= MAX_DAMPING_HALVINGS) & ~done)
-
-    start = (jnp.asarray(0, jnp.int32), _state(data, *sites0), c["damping"], jnp.asarray(False))
-    _, st, _, done = lax.while_loop(more, attempt, start)
+    st = _state(data, *sites0)
+    if schedule == "parallel":
+        st = ep_regression.resume(st, data, c["damping"], c["tol"], c["max_iter"], sequential=False)
+    done = converged(st) if schedule == "parallel" else jnp.asarray(False)
+    start = (jnp.asarray(0, jnp.int32), st, c["damping"], done)
+    _, st, _, done = lax.while_loop(lambda a: (a[0] <= MAX_DAMPING_HALVINGS) & ~a[3], attempt, start)
     return st, done
 
 
@@ -159,12 +163,12 @@ def _update_map(data, s):
     return new.tau, new.nu
 
 
-def evidence(model, hs, model_inputs, phi, warm, data):
+def evidence(model, hs, model_inputs, schedule, phi, warm, data):
     """``(log Z_EP, (converged sites, ok))`` (module docstring)."""
     sg = lax.stop_gradient
     arrays, c = data
     fixed_data = _ep_data(c, *_prior_at(model, hs, model_inputs, sg(phi), arrays))
-    st, done = _sweeps(fixed_data, jax.tree_util.tree_map(sg, warm), c)
+    st, done = _sweeps(fixed_data, jax.tree_util.tree_map(sg, warm), c, schedule)
     s = (sg(st.tau), sg(st.nu))
     live = _ep_data(c, *_prior_at(model, hs, model_inputs, phi, arrays))
     log_z = _log_z(live, *s, c)
@@ -196,7 +200,7 @@ def _unravel(hs):
     return lambda x: {hs.latent[0]: x[:d], hs.latent[1]: x[d:]}
 
 
-def setup(model, args, kwargs, trace, *, damping: float | None, tol: float, max_iter: int) -> Setup:
+def setup(model, args, kwargs, trace, *, schedule: str, damping: float | None, tol: float, max_iter: int) -> Setup:
     """The sites, the recognition (checked at a second point) and the programs, kept per model
     structure; ``trace`` is the model's concrete trace."""
     hs = compiled.memo("ss-hyper-sites", model, args, kwargs, lambda: _hyper_sites(model, args, kwargs, trace))
@@ -222,35 +226,35 @@ def setup(model, args, kwargs, trace, *, damping: float | None, tol: float, max_
 
     def build(rebuild):
         inputs = lambda d: rebuild(d[0])  # noqa: E731
-        ev = lambda phi, warm, data: evidence(model, hs, rebuild, phi, warm, data)  # noqa: E731
+        ev = lambda phi, warm, data: evidence(model, hs, rebuild, schedule, phi, warm, data)  # noqa: E731
         dr = lambda phi, warm, key, num, data: draw(model, hs, rebuild, phi, warm, key, num, data)  # noqa: E731
 
         def point(phi, data):  # EP from its own start at phi: the inclusion probabilities there
             arrays, c_ = data
             ep_data = _ep_data(c_, *_prior_at(model, hs, rebuild, phi, arrays))
             start = ep_regression.init(ep_data)
-            st, done = _sweeps(ep_data, (start.tau, start.nu), c_)
+            st, done = _sweeps(ep_data, (start.tau, start.nu), c_, schedule)
             incl, _, _, _ = ep_regression.finalize(st, ep_data)
             return incl, st.m, st.v, done
 
         return fit.programs(model, hs, inputs, ev, dr, _unravel(hs)), jax.jit(point)
 
-    (progs, point), arrays = compiled.get("ss-hyper", model, args, kwargs, (hs,), build)
+    (progs, point), arrays = compiled.get("ss-hyper", model, args, kwargs, (hs, schedule), build)
     # EP's start at phi0 (`ep_regression.init`: the Gaussian with the prior's variance p v_s)
     tau0 = 1.0 / (np.asarray(prob.p_incl, float) * np.asarray(prob.slab_var, float))
     return Setup(hs, progs, point, (arrays, c), jnp.asarray(phi0), (f(tau0), f(np.zeros_like(tau0))), sweep_tol)
 
 
-def ss_hyper(model, args, kwargs, trace, hyper: str, *, damping: float | None, num_samples: int, max_iter: int,
-             tol: float, seed: int):
+def ss_hyper(model, args, kwargs, trace, hyper: str, *, schedule: str, damping: float | None, num_samples: int,
+             max_iter: int, tol: float, seed: int):
     """The `Posterior` of ``inference.ep`` on a spike-and-slab regression with ``hyper``: the
     latent ``(z, w)`` and the hyperparameters (`inference.hyper.fit`), the indicators as integers,
     and the inclusion probabilities (at the mode, or mixed over the design points by their
     weights) in ``diagnostics`` and ``approximation`` as the engine reports them."""
-    st = setup(model, args, kwargs, trace, damping=damping, tol=tol, max_iter=max_iter)
+    st = setup(model, args, kwargs, trace, schedule=schedule, damping=damping, tol=tol, max_iter=max_iter)
     post = fit.run(model, args, kwargs, trace, st.hs, hyper, st.progs, st.data, st.warm0, st.phi0,
                    engine="ep", num_samples=num_samples, seed=seed, tol=1e-2 * tol, max_iter=max_iter,
-                   diagnostics={"method": "gaussian-likelihood", "schedule": "sequential",
+                   diagnostics={"method": "gaussian-likelihood", "schedule": schedule,
                                 "damping": DAMPING if damping is None else damping, "tol": st.sweep_tol})
     z_site = st.hs.latent[0]
     post.samples[z_site] = np.rint(post.samples[z_site]).astype(np.int32)

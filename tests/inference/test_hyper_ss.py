@@ -36,7 +36,8 @@ def _setup(X, y, **priors):
     kwargs = {"noise_scale": NOISE, **priors}
     trace = _model.trace_model(spike_and_slab_regression, (X, y), kwargs)
     with compiled.scope():
-        return ss_fit.setup(spike_and_slab_regression, (X, y), kwargs, trace, damping=None, tol=1e-6, max_iter=200)
+        return ss_fit.setup(spike_and_slab_regression, (X, y), kwargs, trace, schedule="parallel", damping=None,
+                            tol=1e-6, max_iter=200)
 
 
 def _value(st, phi, warm):
@@ -113,6 +114,11 @@ def test_map_is_the_mode_of_eps_own_evidence_and_near_the_exact_type2_mode(seed)
     assert abs(phi_map - exact.x) < 0.02, (phi_map, exact.x)
     _, incl = _exact_log_evidence(X, y, expit(phi_map))
     assert np.max(np.abs(post.diagnostics["inclusion_probability"] - incl)) < 0.01
+    if seed == 0:  # the schedule is honoured, and EP's fixed point does not depend on it
+        seq = inference.ep(spike_and_slab_regression, X, y, noise_scale=NOISE, p_incl=dist.Beta(1.5, 3.0),
+                           hyper="map", schedule="sequential", num_samples=200, progress=False)
+        assert seq.diagnostics["schedule"] == "sequential" and post.diagnostics["schedule"] == "parallel"
+        assert abs(seq.diagnostics["hyper"]["unconstrained"][0] - phi_map) < 1e-4
     # every draw holds the mode; indicators are integers, weights exactly 0 where excluded
     assert np.allclose(post.samples["p_incl"], expit(phi_map))
     z, w = post.samples["z"], post.samples["w"]
