@@ -6,6 +6,10 @@ the median per revision and their ratio are reported. The base revision runs fro
 
 Reproduce (from the project root):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base 06627c2
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base e41a531 \
+        --cases gaussian_mixture:mcmc,hmm:mcmc,gaussian_mixture:cavi,dp_mixture:cavi
+
+Engine ``cavi`` is ``inference.vi(..., method="cavi")``.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ import numpy as np
 import inference, probmodels
 name, engine = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(0)
-if name == "gaussian_mixture":
-    args, kw = (np.concatenate([rng.normal(-2, .5, (100, 1)), rng.normal(2, .5, (100, 1))]),), {"num_components": 2}
+if name in ("gaussian_mixture", "dp_mixture"):
+    args = (np.concatenate([rng.normal(-2, .5, (100, 1)), rng.normal(2, .5, (100, 1))]),)
+    kw = {"num_components": 2} if name == "gaussian_mixture" else {"truncation": 6}
 elif name == "hmm":
     args, kw = (np.concatenate([rng.normal(-1, .5, 100), rng.normal(2, .5, 100)]),), {"num_states": 2}
 else:
     X = rng.normal(size=(30, 2))
     y = (X[:, 0] * X[:, 1] > 0).astype(int) if name == "bayes_machine" else (X @ [1.5, -1.0] > 0).astype(int)
     args, kw = (X, y), {}
+if engine == "cavi":
+    engine, kw = "vi", {**kw, "method": "cavi"}
 t0 = time.perf_counter()
 getattr(inference, engine)(getattr(probmodels, name), *args, seed=0, progress=False, **kw)
 print(json.dumps({"seconds": time.perf_counter() - t0}))
@@ -55,7 +62,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="06627c2", help="the revision to compare with (default: 06627c2)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cases", default=",".join(f"{m}:{e}" for m, e in CASES),
+                        help="comma-separated model:engine pairs (default: the table's seven)")
     opts = parser.parse_args()
+    cases = [tuple(c.split(":")) for c in opts.cases.split(",")]
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "base")
@@ -63,7 +73,7 @@ def main():
                        capture_output=True)
         try:
             rows = []
-            for name, engine in CASES:
+            for name, engine in cases:
                 times = {"base": [], "head": []}
                 for _ in range(opts.repeats):
                     times["base"].append(run(base, name, engine))
