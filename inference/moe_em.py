@@ -290,9 +290,8 @@ def em(X, y, num_experts: int, *, expert: str = "linear", max_iter: int = 500, t
     zero = np.zeros((), dtype)
     penalty = Penalty(*(jnp.asarray(a) for a in (lam, np.zeros((d + 1,), dtype), lam, zero, zero)))
     w = jnp.asarray(np.ones((n,), dtype))
-    keys = jax.random.split(jax.random.PRNGKey(seed), int(num_restarts))
-    runs = [fit(keys[i], Xj, yj, w, int(num_experts), expert, penalty, int(max_iter), tol)
-            for i in range(int(num_restarts))]
+    runs = [fit(key, Xj, yj, w, int(num_experts), expert, penalty, int(max_iter), tol)
+            for key in jax.random.split(jax.random.PRNGKey(seed), int(num_restarts))]
     finals = np.array([float(_objective(r[0], Xj, yj, w, penalty, expert)) for r in runs])
     best = int(np.argmax(np.where(np.isfinite(finals), finals, -np.inf)))
     params, trace, iters, converged = runs[best]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 
@@ -29,6 +30,11 @@ def log_gammas(key, concentrations, dtype=None):
         >>> bool(abs(float(np.exp(a).mean()) - 3.0) < 0.05 and abs(float(np.exp(b).mean()) - 0.5) < 0.03)
         True
     """
+    if not isinstance(concentrations, (list, tuple)) or not concentrations:
+        raise TypeError(f"concentrations: needs a non-empty list or tuple of arrays, got {type(concentrations).__name__}")
+    for c in concentrations:  # checked where concrete (inside a program they are traced)
+        if not isinstance(c, jax.core.Tracer) and not np.all(np.asarray(c) > 0):
+            raise ValueError("concentrations: Gamma concentrations must be positive")
     dtype = dtype or jnp.result_type(float)
     arrays = [jnp.asarray(c, dtype) for c in concentrations]
     flat = jnp.concatenate([jnp.ravel(c) for c in arrays])

@@ -53,7 +53,7 @@ def spike_and_slab_regression(X, y=None, *, p_incl=0.1, slab_scale=1.0, noise_sc
             proper continuous distribution on (0, 1) drawing a scalar, e.g. ``dist.Beta(1, 9)``),
             sampled as site ``p_incl``: a hyperparameter that ``inference.ep(..., hyper="map" |
             "integrate")`` learns or integrates over (known ``noise_scale``;
-            `inference.hyper.ss_fit`), and that MCMC samples.
+            `inference.hyper.ss_fit`); the other engines refuse it, naming the site.
         slab_scale: slab standard deviation (> 0), scalar or ``(d,)``; in noise-scale units when
             the precision is unknown (Normal-Gamma); or a prior on it (on (0, inf), drawing a
             scalar, e.g. ``dist.HalfNormal(2.0)``), sampled as site ``slab_scale``, likewise.
@@ -212,7 +212,7 @@ def _prob_or_prior(p, d, model):
     if isinstance(p, dist.ImproperUniform) or support.is_discrete:
         raise ValueError(f"{label} must be a proper continuous distribution on (0, 1), e.g. dist.Beta(1.0, 9.0)")
     lower, upper = getattr(support, "lower_bound", None), getattr(support, "upper_bound", None)
-    if lower is None or upper is None or _traced(lower) or _traced(upper) \
+    if lower is None or upper is None or not (_concrete(lower) and _concrete(upper)) \
             or not (np.all(np.asarray(lower) >= 0) and np.all(np.asarray(upper) <= 1)):
         raise ValueError(f"{label} has support {support}: p_incl must lie in (0, 1); use e.g. dist.Beta(1.0, 9.0)")
     if tuple(p.batch_shape) + tuple(p.event_shape):
@@ -226,10 +226,6 @@ def _positive_or_prior(v, name, size, model):
     from probmodels.kernels import _is_prior
 
     return _checks.positive_or_prior(v, name, model) if _is_prior(v) else _check_positive(v, name, size)
-
-
-def _traced(x) -> bool:
-    return not _concrete(x)
 
 
 def _check_prob(p, d):

@@ -62,3 +62,12 @@ def test_one_gamma_sampler_per_program():
 
     ours, theirs = loops(lambda k, a, b: beta(k, a, b)), loops(lambda k, a, b: jax.random.beta(k, a, b))
     assert 0 < ours and 2 * ours <= theirs + 1, (ours, theirs)
+
+
+def test_log_gammas_names_bad_concentrations():
+    """One array instead of a list (its rows would be read as separate arrays) and a concentration
+    that is not positive are refused, naming the argument."""
+    with pytest.raises(TypeError, match="concentrations: needs a non-empty list"):
+        log_gammas(jax.random.PRNGKey(0), np.ones((3, 4)))
+    with pytest.raises(ValueError, match="concentrations: Gamma concentrations must be positive"):
+        log_gammas(jax.random.PRNGKey(0), [np.ones(3), np.array([1.0, 0.0])])
