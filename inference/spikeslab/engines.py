@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 
@@ -282,7 +283,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
                                           noise_prior=prob.noise_prior)
     key = jax.random.PRNGKey(seed)
     k_init, k_warm, k_draw = jax.random.split(key, 3)
-    states = jax.vmap(lambda k: gibbs.init(k, data, cfg))(jax.random.split(k_init, num_chains))
+    states = _init_chains(jax.random.split(k_init, num_chains), data, cfg)
     start = time.perf_counter()
     states, (z, w, tau, flips) = _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples,
                                           _options.progress(progress))
@@ -299,6 +300,12 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
     return build("mcmc", prob, model, args, kwargs, flat, num_chains, seed, diagnostics=diag,
                  approximation={"inclusion_probability": incl},
                  predictor=draw_predictor(model, prob, lambda: (w_c, tau_c)))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _init_chains(keys, data, cfg):
+    """Each chain's Gibbs start (one program; run eagerly, the vmap compiled ~15 small ones)."""
+    return jax.vmap(lambda k: gibbs.init(k, data, cfg))(keys)
 
 
 def _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples, progress):

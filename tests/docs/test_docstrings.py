@@ -44,12 +44,13 @@ FITS = {
     "probmodels.experts", "probmodels.experts.mixture_of_experts",
     "probmodels.factor", "probmodels.factor.ppca",
     "probmodels.gp", "probmodels.gp.bayes_machine", "probmodels.gp.gp_classifier", "probmodels.gp.gp_regression",
-    "probmodels.hmm.hmm", "probmodels.ibp", "probmodels.ibp.ibp_linear_gaussian", "probmodels.lda",
+    "probmodels.hmm.hmm", "probmodels.ibp", "probmodels.ibp.ibp_linear_gaussian", "probmodels.lda", "probmodels.lda.lda",
     "probmodels.mixtures", "probmodels.mixtures.dp_mixture", "probmodels.mixtures.gaussian_mixture",
-    "probmodels.selection", "probmodels.spike_slab.spike_and_slab_probit",
+    "probmodels.regression.logistic_regression", "probmodels.selection", "probmodels.spike_slab.spike_and_slab_probit",
     "probmodels.spike_slab.spike_and_slab_regression",
     "inference.distributed_ep.distributed_ep", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
-    "inference.ep.sparse_bm", "inference.ess", "inference.moe_em", "inference.hyper.ss_fit",
+    "inference.ep.sparse_bm", "inference.ess", "inference.moe_em", "inference.moe_em.em", "inference.hyper.ss_fit",
+    "inference.sbc.sbc",
 }
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

@@ -184,10 +184,13 @@ def test_laplace_gp_classifier_newton_mode(gpc_reference, x64):
     with jax.enable_x64(x64):
         post = inference.laplace(probmodels.gp_classifier, X, y, progress=False)
         loc = post.approximation["loc"]
-        grad = jax.grad(lambda f: potential_energy(probmodels.gp_classifier, (X, y), {}, {"f": f}))(jnp.asarray(loc))
-        u = float(potential_energy(probmodels.gp_classifier, (X, y), {}, {"f": jnp.asarray(loc)}))
-        prior = numpyro.handlers.trace(numpyro.handlers.seed(probmodels.gp_classifier, 0)).get_trace(X, y)["f"]["fn"]
-        lam_min = np.linalg.eigvalsh(np.asarray(prior.covariance_matrix, np.float64))[0]  # jitter: the dtype's
+        # one program each (run op by op, they compiled ~100 small programs per dtype)
+        u, grad = jax.jit(jax.value_and_grad(
+            lambda f, X, y: potential_energy(probmodels.gp_classifier, (X, y), {}, {"f": f})))(jnp.asarray(loc), X, y)
+        u = float(u)
+        cov = jax.jit(lambda X, y: numpyro.handlers.trace(numpyro.handlers.seed(probmodels.gp_classifier, 0))
+                      .get_trace(X, y)["f"]["fn"].covariance_matrix)(X, y)
+        lam_min = np.linalg.eigvalsh(np.asarray(cov, np.float64))[0]  # jitter: the dtype's
     d = post.diagnostics
     assert d["mode_finder"] == "latent-newton" and d["iterations"] <= 10 and d["converged"] is True
     norm = float(np.linalg.norm(np.asarray(grad, float)))
