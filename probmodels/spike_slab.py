@@ -51,9 +51,10 @@ def spike_and_slab_regression(X, y=None, *, p_incl=0.1, slab_scale=1.0, noise_sc
         y: ``(n,)`` responses, or ``None`` to sample them.
         p_incl: prior inclusion probability, scalar or ``(d,)``, in (0, 1); or a prior on it (a
             proper continuous distribution on (0, 1) drawing a scalar, e.g. ``dist.Beta(1, 9)``),
-            sampled as site ``p_incl``: a hyperparameter that ``inference.ep(..., hyper="map" |
+            sampled as site ``p_incl``: a hyperparameter that ``inference.mcmc`` samples
+            (`inference.spikeslab.gibbs_hyper`) and ``inference.ep(..., hyper="map" |
             "integrate")`` learns or integrates over (known ``noise_scale``;
-            `inference.hyper.ss_fit`); the other engines refuse it, naming the site.
+            `inference.hyper.ss_fit`); VI refuses it, naming the site.
         slab_scale: slab standard deviation (> 0), scalar or ``(d,)``; in noise-scale units when
             the precision is unknown (Normal-Gamma); or a prior on it (on (0, inf), drawing a
             scalar, e.g. ``dist.HalfNormal(2.0)``), sampled as site ``slab_scale``, likewise.
@@ -88,7 +89,8 @@ def spike_and_slab_probit(X, y=None, *, p_incl=None, slab_scale=1.0):
 
     Labels may be {0, 1}, {-1, +1} or bool; site ``y`` holds them as 0/1. ``p_incl=None`` is the
     thesis default 32 / d (capped at 0.5 so that small problems do not default to including nearly
-    every feature); ``slab_scale`` is the slab standard deviation.
+    every feature); ``slab_scale`` is the slab standard deviation. Either may be a prior, as for
+    `spike_and_slab_regression`: ``inference.mcmc`` samples it; VI and the probit EPs refuse it.
 
     Example:
         >>> import numpy as np, inference, probmodels

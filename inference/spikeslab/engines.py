@@ -27,7 +27,7 @@ import numpy as np
 from inference import _options, convergence
 from inference import progress as progress_bar
 
-from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, precision_grid, vi
+from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, gibbs_hyper, precision_grid, vi
 from inference.spikeslab.assemble import build, draw_predictor, flat_draws, new_inputs
 from inference.spikeslab.structure import Problem, extract, prior_hyperparameters
 
@@ -37,13 +37,15 @@ UNDAMPED_MAX_ITER = 200  # default full-covariance probit EP: sweeps allowed und
 
 def _problem(model, args, kwargs, trace, engine) -> Problem:
     hyper = prior_hyperparameters(model, args, kwargs, trace)
-    if hyper:
+    if hyper and engine != "mcmc":  # MCMC samples them (`inference.spikeslab.gibbs_hyper`)
         how = ("inference.ep(..., hyper='map' or 'integrate') learns them (spike-and-slab regression with a known "
                "noise_scale)" if engine == "ep" else "inference.ep(..., hyper='map' or 'integrate') learns them "
                f"(regression with a known noise_scale); {engine} takes them fixed")
         raise ValueError(f"the spike-and-slab model has hyperparameter sites {hyper} (priors on the prior's "
-                         f"inclusion probability or slab scale): {how}; or give them as numbers")
-    prob = extract(model, args, kwargs, trace)
+                         f"inclusion probability or slab scale): {how}; inference.mcmc samples them; or give "
+                         "them as numbers")
+    # MCMC's start: the prior's structure at the trace's draw of the hyperparameters
+    prob = extract(model, args, kwargs, type(trace)((n, s) for n, s in trace.items() if n not in hyper))
     if prob.y is None:
         raise ValueError(f"site {prob.y_site!r}: {engine} needs observed data (pass the model's y=...)")
     return prob
@@ -268,9 +270,11 @@ def _regression_predict(rng_key, states, datas, weights, idx, X, off, c):
 # --------------------------------------------------------------------------- MCMC
 def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1000, num_chains=4, seed=0,
                    progress=None):
-    """Collapsed Gibbs (see ``inference.spikeslab.gibbs``): one draw per full scan. The inclusion
-    probabilities (mean of the indicator draws) go to ``approximation`` as for EP and VI, so the
-    DataTree's ``approximation`` group holds them for every engine."""
+    """Collapsed Gibbs (see ``inference.spikeslab.gibbs``): one draw per full scan; priors on
+    ``p_incl`` / ``slab_scale`` are sampled too, by slice sampling in each scan
+    (`inference.spikeslab.gibbs_hyper`). The inclusion probabilities (mean of the indicator
+    draws) go to ``approximation`` as for EP and VI, so the DataTree's ``approximation`` group
+    holds them for every engine."""
     num_samples = _check_int(num_samples, "num_samples", 1)
     num_warmup = _check_int(num_warmup, "num_warmup", 0)
     num_chains = _check_int(num_chains, "num_chains", 1)
@@ -283,19 +287,34 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples=1000, num_warmup=1
                                           noise_prior=prob.noise_prior)
     key = jax.random.PRNGKey(seed)
     k_init, k_warm, k_draw = jax.random.split(key, 3)
-    states = _init_chains(jax.random.split(k_init, num_chains), data, cfg)
-    start = time.perf_counter()
-    states, (z, w, tau, flips) = _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples,
-                                          _options.progress(progress))
+    progress = _options.progress(progress)
+    hyper = prior_hyperparameters(model, args, kwargs, trace)
+    if hyper:
+        hs = gibbs_hyper.hyper_sites(trace, hyper, prob)
+        (init, sample), arrays = gibbs_hyper.programs(model, args, kwargs, hs, cfg, num_warmup, num_samples, progress)
+        states = init(jax.random.split(k_init, num_chains), data, arrays)
+        start = time.perf_counter()
+        bar = progress_bar.Bar(progress, num_chains * (num_warmup + num_samples), "gibbs", "scan")
+        with progress_bar.running(bar):
+            _, out = sample(jax.random.split(k_draw, num_chains), states, data, arrays)
+        z, w, tau, flips, theta = jax.tree.map(np.asarray, out)
+        thetas = {name: theta[..., i] for i, name in enumerate(hs.hyper)}
+    else:
+        states = _init_chains(jax.random.split(k_init, num_chains), data, cfg)
+        start = time.perf_counter()
+        states, (z, w, tau, flips) = _advance(states, data, cfg, k_warm, k_draw, num_warmup, num_samples, progress)
+        thetas = {}
     sampling_seconds = time.perf_counter() - start
     z = np.asarray(z, np.int32)
     incl = z.mean(axis=(0, 1))
-    draws = {"z": z, "w": np.asarray(w)} | ({"precision": np.asarray(tau)} if cfg.gamma else {})
+    draws = {"z": z, "w": np.asarray(w)} | ({"precision": np.asarray(tau)} if cfg.gamma else {}) | thetas
     diag = {**convergence.mcmc(draws), "inclusion_probability": incl,  # README.md: what `converged` means
             "mean_flips_per_scan": float(np.mean(np.asarray(flips))), "sampler": "collapsed-gibbs",
             "sampling_seconds": sampling_seconds}
+    if hyper:
+        diag["hyperparameters"] = list(hyper)  # slice-sampled in each scan
     flat = flat_draws(prob, z.reshape(-1, z.shape[-1]), np.asarray(w).reshape(-1, z.shape[-1]),
-                      np.asarray(tau).reshape(-1) if cfg.gamma else None)
+                      np.asarray(tau).reshape(-1) if cfg.gamma else None) | {n: v.reshape(-1) for n, v in thetas.items()}
     w_c, tau_c = np.asarray(w), np.asarray(tau)
     return build("mcmc", prob, model, args, kwargs, flat, num_chains, seed, diagnostics=diag,
                  approximation={"inclusion_probability": incl},

@@ -247,29 +247,30 @@ def run_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, n
     return jax.vmap(chain)(keys, states)
 
 
-@partial(jax.jit, static_argnames=("config", "num_warmup", "num_samples", "progress"))
-def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, num_warmup: int, num_samples: int,
-                  progress: bool = False):
-    """Warmup then sampling for every chain in one compiled program; with ``progress`` a host
-    callback advances the running bar (`inference.progress`), the draws unchanged.
+def record(state: GibbsState, info: GibbsInfo) -> tuple:
+    """What a kept draw holds: the indicators (int8), weights, precision and flips of its scan."""
+    return state.z.astype(jnp.int8), state.w, state.precision, info.num_flips
 
-    One loop over all scans writes draw ``i - num_warmup`` into preallocated buffers (warmup
-    scans overwrite slot 0), so the step is compiled once and memory holds only the kept draws."""
-    d = states.z.shape[-1]
+
+def scan_chains(keys, states, step_fn, record_fn, num_warmup: int, num_samples: int, progress: bool):
+    """Warmup then sampling for every chain (vmapped) in one loop of ``step_fn(key, state) ->
+    (state, info)``: draw ``i - num_warmup``'s ``record_fn(state, info)`` (a tuple of arrays) goes
+    into preallocated buffers (warmup scans overwrite slot 0), so the step is compiled once and
+    memory holds only the kept draws; with ``progress`` a host callback advances the running bar
+    (`inference.progress`), the draws unchanged. Traceable; ``(final states, buffers)``."""
 
     def chain(key, state):
-        bufs = (jnp.zeros((num_samples, d), jnp.int8), jnp.zeros((num_samples, d), state.w.dtype),
-                jnp.zeros(num_samples, state.w.dtype), jnp.zeros(num_samples, state.w.dtype))
+        shapes = jax.eval_shape(lambda k, s: record_fn(*step_fn(k, s)), key, state)
+        bufs = tuple(jnp.zeros((num_samples,) + x.shape, x.dtype) for x in shapes)
 
         def body(carry, inp):
             state, bufs = carry
             i, key = inp
             if progress:
                 progress_bar.every(i, num_warmup + num_samples)
-            state, info = step(key, state, data, config)
+            state, info = step_fn(key, state)
             slot = jnp.maximum(i - num_warmup, 0)
-            new = (state.z.astype(jnp.int8), state.w, state.precision, info.num_flips)
-            bufs = tuple(b.at[slot].set(v) for b, v in zip(bufs, new))
+            bufs = tuple(b.at[slot].set(v) for b, v in zip(bufs, record_fn(state, info)))
             return (state, bufs), None
 
         total = num_warmup + num_samples
@@ -277,3 +278,11 @@ def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig
         return state, bufs
 
     return jax.vmap(chain)(keys, states)
+
+
+@partial(jax.jit, static_argnames=("config", "num_warmup", "num_samples", "progress"))
+def sample_chains(keys, states: GibbsState, data: GibbsData, config: GibbsConfig, num_warmup: int, num_samples: int,
+                  progress: bool = False):
+    """Warmup then sampling for every chain in one compiled program (`scan_chains`); the draws
+    `record` keeps, with leading (chain, draw) axes."""
+    return scan_chains(keys, states, lambda k, s: step(k, s, data, config), record, num_warmup, num_samples, progress)

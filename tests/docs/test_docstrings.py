@@ -31,7 +31,7 @@ MODULES = [
     "inference.exact", "inference.exact.bp", "inference.exact.driver", "inference.exact.eliminate",
     "inference.exact.factors", "inference.exact.plan", "probmodels.bayes_net", "probmodels.graphs",
     "probmodels.experts", "inference.moe_em", "probmodels.factor", "probmodels.ibp", "inference.ibp_vi",
-    "inference.ibp_gibbs", "inference.random_draws", "inference.hyper.ss_fit",
+    "inference.ibp_gibbs", "inference.random_draws", "inference.hyper.ss_fit", "inference.spikeslab.gibbs_hyper",
     "inference.kalman", "inference.kalman.driver", "inference.kalman.em", "inference.kalman.linalg",
     "inference.kalman.parallel", "inference.kalman.sampling", "inference.kalman.sequential",
     "inference.kalman.univariate", "probmodels.lds",
@@ -50,7 +50,7 @@ FITS = {
     "probmodels.spike_slab.spike_and_slab_regression",
     "inference.distributed_ep.distributed_ep", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
     "inference.ep.sparse_bm", "inference.ess", "inference.moe_em", "inference.moe_em.em", "inference.hyper.ss_fit",
-    "inference.sbc.sbc",
+    "inference.sbc.sbc", "inference.spikeslab.gibbs_hyper",
 }
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
