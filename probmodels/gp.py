@@ -39,11 +39,11 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import log_ndtr
 
 from inference.distributions import NoisyStep
 from probmodels import _checks
 from probmodels.kernels import RBF, Kernel, _check_positive, _is_prior, gram, sample_hyperparameters
+from probmodels.regression import probit_logits
 
 __all__ = ["gp_regression", "gp_classifier", "bayes_machine", "latent_predictive", "demo_cases"]
 
@@ -125,8 +125,7 @@ def gp_classifier(X, y=None, *, kernel=None, link="probit"):
     if link not in LINKS:
         raise ValueError(f"link must be one of {LINKS}, got {link!r}")
     f = _latent(X, n, kernel)
-    # logit(Phi(f)) = log Phi(f) - log Phi(-f): exact and finite for any f.
-    logits = log_ndtr(f) - log_ndtr(-f) if link == "probit" else f
+    logits = probit_logits(f) if link == "probit" else f
     numpyro.sample("y", dist.Bernoulli(logits=logits), obs=y)
 
 

@@ -535,13 +535,19 @@ def _concrete_gram(kernel, X, key, name):
     if _traced(K):  # an unregistered kernel holding traced attributes
         return _base_jitter(K)
     jitter = positive_definite_jitter(np.asarray(K), name=label)
-    out = (K + jitter * jnp.eye(K.shape[0], dtype=K.dtype), jitter)
+    out = (_add_jitter(K, jitter), jitter)
     if key is not None:
         if len(_GRAM_CACHE) >= _GRAM_CACHE_SIZE:
             _GRAM_CACHE.pop(next(iter(_GRAM_CACHE)))
         _GRAM_CACHE[key] = out
     _report_jitter(out[0], jitter, label)
     return out
+
+
+@jax.jit
+def _add_jitter(K, jitter):
+    """``K + jitter I`` as one program (op by op: three per shape)."""
+    return K + jitter * jnp.eye(K.shape[0], dtype=K.dtype)
 
 
 def _report_jitter(K, jitter, label):

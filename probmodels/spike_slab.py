@@ -35,9 +35,9 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
-from jax.scipy.special import log_ndtr
 
 from inference.spikeslab.distribution import SpikeSlab
+from probmodels.regression import probit_logits
 
 __all__ = ["spike_and_slab_regression", "spike_and_slab_probit", "standardize", "default_p_incl"]
 
@@ -107,8 +107,7 @@ def spike_and_slab_probit(X, y=None, *, p_incl=None, slab_scale=1.0):
     w = numpyro.sample("w", SpikeSlab(z, jnp.broadcast_to(s, (d,))).to_event(1))
     f = jnp.asarray(X) @ w
     with numpyro.plate("data", n):
-        # logits = log Phi(f) - log Phi(-f): the probit probability, stable in both tails.
-        numpyro.sample("y", dist.Bernoulli(logits=log_ndtr(f) - log_ndtr(-f)), obs=y)
+        numpyro.sample("y", dist.Bernoulli(logits=probit_logits(f)), obs=y)  # Phi(f), stable in both tails
 
 
 def default_p_incl(d: int) -> float:
