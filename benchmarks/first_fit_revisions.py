@@ -8,6 +8,8 @@ Reproduce (from the project root):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base 06627c2
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base e41a531 \
         --cases gaussian_mixture:mcmc,hmm:mcmc,gaussian_mixture:cavi,dp_mixture:cavi
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/first_fit_revisions.py --base 40babde \
+        --cases lda:vi,spike_and_slab_probit:mcmc,spike_and_slab_regression:mcmc,gp_classifier:ep,probit_regression:ep
 
 Engine ``cavi`` is ``inference.vi(..., method="cavi")``.
 """
@@ -38,6 +40,13 @@ if name in ("gaussian_mixture", "dp_mixture"):
     kw = {"num_components": 2} if name == "gaussian_mixture" else {"truncation": 6}
 elif name == "hmm":
     args, kw = (np.concatenate([rng.normal(-1, .5, 100), rng.normal(2, .5, 100)]),), {"num_states": 2}
+elif name == "lda":
+    from probmodels.datasets import lda_corpus
+    args, kw = (lda_corpus(150, vocab_size=40, num_topics=3, seed=0).counts,), {"num_topics": 3}
+elif name.startswith("spike_and_slab"):
+    X = rng.normal(size=(40, 6))
+    y = X[:, 0] - X[:, 1] + 0.5 * rng.normal(size=40)
+    args, kw = (X, y > 0 if name.endswith("probit") else y), {}
 else:
     X = rng.normal(size=(30, 2))
     y = (X[:, 0] * X[:, 1] > 0).astype(int) if name == "bayes_machine" else (X @ [1.5, -1.0] > 0).astype(int)
