@@ -53,8 +53,8 @@ import numpy as np
 import scipy.sparse
 import scipy.special
 from jax import lax
-from numpyro import handlers
 from jax.scipy.special import digamma, gammaln, logsumexp
+from numpyro import handlers
 
 from inference import _model, _options, compiled, convergence
 from inference.posterior import Posterior
@@ -618,9 +618,7 @@ def lda_problem(trace, concentration=None):
         raise ValueError(f"this method needs {need}; got latent sites {latent} and observed sites {list(observed)}")
     conc = {}
     for name in ("theta", "topics"):
-        fn = trace[name]["fn"]
-        while hasattr(fn, "base_dist"):
-            fn = fn.base_dist
+        fn = _base(trace[name]["fn"])
         if type(fn).__name__ != "Dirichlet" or np.ndim(trace[name]["value"]) != 2:
             raise ValueError(f"site {name!r} must be a matrix of Dirichlet rows for this method ({need})")
         value = fn.concentration if concentration is None else concentration[name]

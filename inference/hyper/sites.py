@@ -112,8 +112,12 @@ def find(model, args, kwargs, trace) -> HyperSites:
             raise ValueError(f"hyperparameter site {name!r}: neither the latent {latent} nor the likelihood "
                              "depends on it, so the evidence does not inform it; remove it or fix it")
     shape = lambda n: tuple(trace[n]["value"].shape)  # noqa: E731
-    unconstrained = tuple(tuple(biject_to(trace[n]["fn"].support).inverse_shape(shape(n))) for n in hyper)
-    return HyperSites(tuple(hyper), tuple(latent), unconstrained, tuple(shape(n) for n in latent))
+    return HyperSites(tuple(hyper), tuple(latent), unconstrained_shapes(trace, hyper), tuple(shape(n) for n in latent))
+
+
+def unconstrained_shapes(trace, names) -> tuple:
+    """Each site's shape in unconstrained space (its support's bijection), for `HyperSites`."""
+    return tuple(tuple(biject_to(trace[n]["fn"].support).inverse_shape(np.shape(trace[n]["value"]))) for n in names)
 
 
 def unravel(hs: HyperSites, phi) -> dict:

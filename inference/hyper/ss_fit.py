@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from numpyro.distributions.transforms import biject_to
 
 from inference import _options, compiled
 from inference.hyper import fit, sites
@@ -94,9 +93,7 @@ def _hyper_sites(model, args, kwargs, trace) -> sites.HyperSites:
         raise ValueError(f"hyper=: the spike-and-slab probit EP does not learn its hyperparameters {hyper}; give them "
                          "as numbers, or use the spike-and-slab regression with a known noise_scale")
     d = np.shape(trace[w_site]["value"])[0]
-    shapes = tuple(tuple(biject_to(trace[n]["fn"].support).inverse_shape(np.shape(trace[n]["value"])))
-                   for n in hyper)
-    return sites.HyperSites(tuple(hyper), (z_site, w_site), shapes, ((d,), (d,)))
+    return sites.HyperSites(tuple(hyper), (z_site, w_site), sites.unconstrained_shapes(trace, hyper), ((d,), (d,)))
 
 
 def _problem_at(model, args, kwargs, hs, theta):

@@ -33,7 +33,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax, random
-from numpyro.distributions.transforms import biject_to
 
 from inference import compiled
 from inference.hyper import sites
@@ -51,19 +50,20 @@ class HyperState(NamedTuple):
     phi: jax.Array  # (k,) the hyperparameters, unconstrained
     logit_prior: jax.Array  # (d,) log odds of inclusion at phi
     slab_var: jax.Array  # (d,) slab variance at phi (noise-scale units with an unknown precision)
+    theta: jax.Array  # (k,) the hyperparameters, constrained (what the draws record)
 
 
 def hyper_sites(trace, hyper, prob) -> sites.HyperSites:
     """The hyperparameters and the latent sites they are read against (indicators, weights and,
     with an unknown noise, the precision)."""
     latent = (prob.z_site, prob.w_site) + ((prob.precision_site,) if prob.precision_site else ())
-    shapes = tuple(tuple(biject_to(trace[n]["fn"].support).inverse_shape(np.shape(trace[n]["value"])))
-                   for n in hyper)
-    return sites.HyperSites(tuple(hyper), latent, shapes, tuple(np.shape(trace[n]["value"]) for n in latent))
+    return sites.HyperSites(tuple(hyper), latent, sites.unconstrained_shapes(trace, hyper),
+                            tuple(np.shape(trace[n]["value"]) for n in latent))
 
 
 def _parts(model, hs, args, kwargs, phi, z, w, tau):
-    """``(logit p (d,), slab scale (d,), log p(phi | z, w, tau) up to a constant)`` at ``phi``."""
+    """``(logit p (d,), slab scale (d,), log p(phi | z, w, tau) up to a constant, theta (k,))``
+    at ``phi``."""
     values = dict(zip(hs.latent, (z, w, tau)))
     tr = sites.run(model, args, kwargs, hs, phi, values)
     z_site, w_site = hs.latent[:2]
@@ -72,7 +72,8 @@ def _parts(model, hs, args, kwargs, phi, z, w, tau):
     scale = jnp.broadcast_to(unwrap(tr[w_site]["fn"]).scale, (d,))
     log_cond = (sites.log_prior(tr, hs) + jnp.sum(tr[z_site]["fn"].log_prob(z))
                 + jnp.sum(tr[w_site]["fn"].log_prob(w)))
-    return logit, scale, log_cond
+    theta = jnp.concatenate([jnp.ravel(v) for v in sites.constrained(tr, hs).values()])
+    return logit, scale, log_cond, theta
 
 
 def _slice(key, x0, log_f):
@@ -116,8 +117,8 @@ def _slice(key, x0, log_f):
     return lax.while_loop(lambda c: ~c[-1], body, c)[4]
 
 
-def _at(hs_state_or_parts, data):
-    logit, slab = hs_state_or_parts
+def _at(logit, slab, data):
+    """The sampler's data at the hyperparameters' log odds and slab variance."""
     return data._replace(logit_prior=logit.astype(data.slab_var.dtype), slab_var=slab.astype(data.slab_var.dtype))
 
 
@@ -130,8 +131,8 @@ def _make(model, hs, rebuild, config, num_warmup, num_samples, progress):
 
     def prior_at(arrays, phi, d, dtype):
         one = jnp.ones((), dtype)
-        logit, scale, _ = parts(arrays, phi, jnp.ones(d, jnp.int32), jnp.zeros(d, dtype), one)
-        return logit, scale**2  # at tau = 1: the slab variance in noise-scale units
+        logit, scale, _, theta = parts(arrays, phi, jnp.ones(d, jnp.int32), jnp.zeros(d, dtype), one)
+        return logit, scale**2, theta  # at tau = 1: the slab variance in noise-scale units
 
     @jax.jit
     def init(keys, data, arrays):
@@ -141,32 +142,31 @@ def _make(model, hs, rebuild, config, num_warmup, num_samples, progress):
         def one(key):
             k1, k2 = random.split(key)
             phi = random.uniform(k1, (k,), dtype, -INIT_RADIUS, INIT_RADIUS)
-            logit, slab = prior_at(arrays, phi, d, dtype)
-            return HyperState(gibbs.init(k2, _at((logit, slab), data), config), phi, logit, slab)
+            logit, slab, theta = prior_at(arrays, phi, d, dtype)
+            return HyperState(gibbs.init(k2, _at(logit, slab, data), config), phi, logit, slab, theta)
 
         return jax.vmap(one)(keys)
 
     def step(key, state, data, arrays):
         k_gibbs, k_hyper = random.split(key)
-        g, info = gibbs.step(k_gibbs, state.gibbs, _at((state.logit_prior, state.slab_var), data), config)
+        g, info = gibbs.step(k_gibbs, state.gibbs, _at(state.logit_prior, state.slab_var, data), config)
 
         def coordinate(i, phi):  # each in turn (one or two: p_incl, slab_scale), one traced copy
             log_f = lambda x: parts(arrays, phi.at[i].set(x), g.z, g.w, g.precision)[2]  # noqa: E731
             return phi.at[i].set(_slice(random.fold_in(k_hyper, i), phi[i], log_f))
 
         phi = lax.fori_loop(0, state.phi.shape[0], coordinate, state.phi)
-        logit, slab = prior_at(arrays, phi, g.z.shape[0], phi.dtype)
+        logit, slab, theta = prior_at(arrays, phi, g.z.shape[0], phi.dtype)
         g = g._replace(Cinv=gibbs._c_inverse(data.X, g.z, slab.astype(data.X.dtype)))
-        return HyperState(g, phi, logit, slab), info
+        return HyperState(g, phi, logit, slab, theta), info
 
-    def record(state, info, arrays):
-        theta = sites.constrained(sites.run(model, *rebuild(arrays), hs, state.phi), hs)
-        return gibbs.record(state.gibbs, info) + (jnp.concatenate([jnp.ravel(theta[n]) for n in hs.hyper]),)
+    def record(state, info):
+        return gibbs.record(state.gibbs, info) + (state.theta,)
 
     @jax.jit
     def sample(keys, states, data, arrays):
-        return gibbs.scan_chains(keys, states, lambda k, s: step(k, s, data, arrays),
-                                 lambda s, i: record(s, i, arrays), num_warmup, num_samples, progress)
+        return gibbs.scan_chains(keys, states, lambda k, s: step(k, s, data, arrays), record, num_warmup,
+                                 num_samples, progress)
 
     return init, sample
 
