@@ -28,7 +28,13 @@ from probmodels import _checks
 def probit_logits(f):
     """``logit(Phi(f)) = log Phi(f) - log Phi(-f)``: the probit link as Bernoulli logits, exact and
     finite for any ``f`` (separable data included). One compiled program per shape: run op by op
-    (the models' eager traces), ``log_ndtr`` compiled ~25 small programs per shape."""
+    (the models' eager traces), ``log_ndtr`` compiled ~25 small programs per shape.
+
+    Example (finite where ``Phi(f)`` underflows):
+        >>> import numpy as np
+        >>> np.round(np.asarray(probit_logits(np.array([-40.0, 0.0, 1.0]))), 2).tolist()
+        [-804.61, 0.0, 1.67]
+    """
     return log_ndtr(f) - log_ndtr(-f)
 
 
