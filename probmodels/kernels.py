@@ -1,7 +1,9 @@
 """Composable covariance kernels (tinygp style) and a positive-definiteness check with jitter.
 
 A kernel is written for one pair of points (``kernel.evaluate(x1, x2)`` on feature vectors) and
-``vmap`` batches it: ``kernel(X1, X2)`` is the ``(n1, n2)`` Gram matrix. Kernels are frozen
+``vmap`` batches it: ``kernel(X1, X2)`` is the ``(n1, n2)`` Gram matrix (``kernel.matrix``; the
+kernels of squared distances, RBF and Matern, build it from `_scaled_sqdist`, whose values are the
+pairwise ones and whose derivatives are matrix products: what hyperparameter gradients need). Kernels are frozen
 dataclasses registered as pytrees whose leaves are the hyperparameters, so a kernel can be passed
 through ``jax.jit`` / ``grad`` and its hyperparameters traced. ``+`` and ``*`` build sums and
 products; a number times a kernel scales it.
@@ -58,8 +60,38 @@ def _is_pytree(kernel) -> bool:
 
 @jax.jit
 def _gram_matrix(kernel, X1, X2):
+    return kernel.matrix(X1, X2)
+
+
+def _pairwise(kernel, X1, X2):
     row = jax.vmap(kernel.evaluate, in_axes=(None, 0))
     return jax.vmap(row, in_axes=(0, None))(X1, X2)
+
+
+@jax.custom_jvp
+def _scaled_sqdist(X1, X2, scale):
+    """``||(x1 - x2) / scale||^2`` for every pair of rows (``scale`` a number or one per feature),
+    each pair's differences summed as they are (no cancellation in the values). Its derivatives
+    go through matrix products (`_scaled_sqdist_jvp`): the reverse pass of the pairwise form keeps
+    ``(n1, n2, p)`` intermediates and took 30x the values' time (n = 1000, p = 20)."""
+    d = (X1[:, None, :] - X2[None, :, :]) / scale
+    return jnp.sum(d * d, axis=-1)
+
+
+@_scaled_sqdist.defjvp
+def _scaled_sqdist_jvp(primals, tangents):
+    """With ``Z = (X - c) / scale`` (``c`` a constant centre, against cancellation when the inputs
+    are far from the origin), ``D = ||z1 - z2||^2`` and ``dD = 2 (z1 - z2) . (dz1 - dz2)``, written
+    as row sums and two ``(n1, p) x (p, n2)`` products."""
+    X1, X2, scale = primals
+    dX1, dX2, dscale = tangents
+    c = jax.lax.stop_gradient(0.5 * (jnp.mean(X1, axis=0) + jnp.mean(X2, axis=0)))
+    Z1, Z2 = (X1 - c) / scale, (X2 - c) / scale
+    dZ1 = dX1 / scale - Z1 * (dscale / scale)
+    dZ2 = dX2 / scale - Z2 * (dscale / scale)
+    t = (2.0 * jnp.sum(Z1 * dZ1, axis=-1)[:, None] + 2.0 * jnp.sum(Z2 * dZ2, axis=-1)[None, :]
+         - 2.0 * (Z1 @ dZ2.T) - 2.0 * (dZ1 @ Z2.T))
+    return _scaled_sqdist(X1, X2, scale), t
 
 
 @jax.jit
@@ -174,6 +206,11 @@ class Kernel:
         if ls is not None and not _traced(ls) and np.ndim(ls) == 1 and np.size(ls) != num_features:
             raise ValueError(f"{type(self).__name__}: lengthscale has {np.size(ls)} entries (one per feature) "
                              f"but the inputs have {num_features} features")
+
+    def matrix(self, X1, X2):
+        """The Gram matrix of 2-D inputs (traceable): ``evaluate`` over every pair of rows.
+        Kernels of squared distances override it (`_scaled_sqdist`: cheaper derivatives)."""
+        return _pairwise(self, X1, X2)
 
     def __call__(self, X1, X2=None):
         """Gram matrix ``(n1, n2)``; 1-D inputs are treated as ``(n, 1)``; ``X2=None`` means X1."""
@@ -321,6 +358,9 @@ class RBF(Kernel):
         d = (x1 - x2) / self.lengthscale
         return self.variance * jnp.exp(-0.5 * jnp.sum(d * d))
 
+    def matrix(self, X1, X2):
+        return self.variance * jnp.exp(-0.5 * _scaled_sqdist(X1, X2, self.lengthscale))
+
 
 @_pytree
 @dataclasses.dataclass(frozen=True, repr=False, eq=False)
@@ -346,7 +386,12 @@ class Matern(Kernel):
 
     def evaluate(self, x1, x2):
         d = (x1 - x2) / self.lengthscale
-        r = _safe_norm(jnp.sum(d * d))
+        return self._of_distance(_safe_norm(jnp.sum(d * d)))
+
+    def matrix(self, X1, X2):
+        return self._of_distance(_safe_norm(_scaled_sqdist(X1, X2, self.lengthscale)))
+
+    def _of_distance(self, r):
         if self.nu == 0.5:
             k = jnp.exp(-r)
         elif self.nu == 1.5:
@@ -432,6 +477,9 @@ class Sum(Kernel):
     def evaluate(self, x1, x2):
         return self.k1.evaluate(x1, x2) + self.k2.evaluate(x1, x2)
 
+    def matrix(self, X1, X2):
+        return self.k1.matrix(X1, X2) + self.k2.matrix(X1, X2)
+
     def __repr__(self):
         return f"({self.k1!r} + {self.k2!r})"
 
@@ -450,6 +498,9 @@ class Product(Kernel):
 
     def evaluate(self, x1, x2):
         return self.k1.evaluate(x1, x2) * self.k2.evaluate(x1, x2)
+
+    def matrix(self, X1, X2):
+        return self.k1.matrix(X1, X2) * self.k2.matrix(X1, X2)
 
     def __repr__(self):
         return f"({self.k1!r} * {self.k2!r})"

@@ -84,6 +84,60 @@ def test_kernels_are_pytrees_under_jit_and_grad():
     assert np.isfinite(g) and float(g) == pytest.approx(float(fd), rel=1e-6)
 
 
+def _rbf_ard(p):
+    return RBF(jnp.exp(p[:3]), jnp.exp(p[3]))
+
+
+def _matern(p):
+    return Matern(2.5, jnp.exp(p[0]), jnp.exp(p[3]))
+
+
+def _sum_product(p):
+    return RBF(jnp.exp(p[1])) + Constant(jnp.exp(p[3])) * Matern(0.5, jnp.exp(p[:3]))
+
+
+@pytest.mark.parametrize("make, shift, x64", [
+    (_rbf_ard, 0.0, False), (_rbf_ard, 0.0, True), (_rbf_ard, 1e3, False), (_rbf_ard, 1e3, True),
+    (_matern, 0.0, True), (_sum_product, 1e3, False)])
+def test_gram_derivatives_equal_the_pairwise_ones(make, shift, x64):
+    """A kernel's Gram matrix (`_scaled_sqdist`, derivatives by matrix products from centred
+    inputs) against the pairwise evaluation it replaces (`_pairwise`, autodiff through each pair):
+    values and the gradient of ``sum(W * K)`` in the hyperparameters and both inputs, in float32
+    and float64, with inputs near the origin and 1000 away from it (without the centring, the
+    products cancel and the far cases fail); the second derivative in the hyperparameters in
+    float64. Tolerance: 30 eps times the largest entry (times the shift for input gradients: the
+    centre itself is rounded)."""
+    from probmodels.kernels import _pairwise
+
+    with jax.enable_x64(x64):
+        dt = jnp.float64 if x64 else jnp.float32
+        rng = np.random.default_rng(4)
+        A = jnp.asarray(rng.normal(size=(7, 3)) + shift, dt)
+        B = jnp.asarray(rng.normal(size=(5, 3)) + shift, dt)
+        W = jnp.asarray(rng.normal(size=(7, 5)), dt)
+        p = jnp.asarray([0.1, -0.3, 0.4, 0.2], dt)
+        tol = 30 * float(jnp.finfo(dt).eps)
+        second = x64 and shift == 0.0  # the second derivative once per kernel (its compilation is slow)
+
+        def loss(p, A, B, gram):
+            return jnp.sum(W * gram(make(p), A, B))
+
+        @jax.jit
+        def both(p, A, B):
+            out = []
+            for gram in ((lambda k, a, b: k(a, b)), _pairwise):
+                hess = jax.hessian(loss)(p, A, B, gram) if second else jnp.zeros(())
+                out.append((gram(make(p), A, B), jax.grad(loss, (0, 1, 2))(p, A, B, gram), hess))
+            return out
+
+        (k_new, g_new, h_new), (k_old, g_old, h_old) = both(p, A, B)
+        np.testing.assert_allclose(k_new, k_old, rtol=tol, atol=tol)
+        for argnum, (a, b) in enumerate(zip(g_new, g_old)):
+            scale = float(jnp.max(jnp.abs(b)))
+            np.testing.assert_allclose(a, b, atol=tol * scale * (1 + shift * (argnum > 0)), rtol=0)
+        np.testing.assert_allclose(h_new, h_old, atol=10 * tol * float(jnp.max(jnp.abs(h_old))), rtol=0)
+
+
 @pytest.mark.parametrize("make,match", [
     (lambda: RBF(lengthscale=-1.0), "lengthscale"),
     (lambda: RBF(variance=0.0), "variance"),
