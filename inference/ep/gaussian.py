@@ -163,6 +163,19 @@ def log_normaliser(problem, tau, nu):
     return 0.5 * quad - 0.5 * logdet
 
 
+def gaussian_gradient_terms(K, tau, nu):
+    """``(F, alpha)`` of GPML's EP gradient at fixed sites ``(tau, nu)`` (Rasmussen & Williams
+    sec. 5.5.2): ``d log Z_EP = tr(F dK) / 2 + alpha' d offset`` at EP's fixed point, with
+    ``alpha = (K + T^-1)^-1 T^-1 nu`` and ``F = alpha alpha' - (K + T^-1)^-1``, computed through
+    ``M = sign(T) + S K S`` (``S = sqrt|T|``, `_function_parts`) so that zero or negative
+    site precisions need no special case: ``(K + T^-1)^-1 = S M^-1 S``. One factorisation and one
+    solve with n right-hand sides; no derivative of a factorisation."""
+    s, _, solve, _ = _function_parts(K, tau)
+    alpha = nu - s * solve(s * (K @ nu))
+    R = s[:, None] * solve(jnp.diag(s))
+    return jnp.outer(alpha, alpha) - 0.5 * (R + R.T), alpha
+
+
 class LatentMap(NamedTuple):
     """How working coordinates map back to the model's latent vector ``u`` (arrays only).
 
