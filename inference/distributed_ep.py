@@ -183,6 +183,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     bar = Bar(show, max_iter, f"distributed EP ({num_shards} shards, {local_engine})")
     tilted = _with_cavity(model, name)
     recognised = [None] * num_shards  # each shard's EP recognition (local_engine="ep")
+    local_sites = [None] * num_shards  # and its converged sites, the next iteration's start
     for it in range(1, max_iter + 1):
         new_Q, new_r = Qk.copy(), rk.copy()
         for k in range(num_shards):
@@ -198,9 +199,12 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
             with warnings.catch_warnings(), jax.default_device(placement[k]):
                 warnings.simplefilter("ignore")
                 if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation; the
-                    # shard's model is read once, each cavity then only changes the EP problem's prior
-                    m_t, S_t, local_log_z, _, recognised[k] = gaussian_fit(
-                        tilted, a, kw, seed=seed, prior=(cav_mean, cav_cov), recognised=recognised[k], **ep_opts)
+                    # shard's model is read once, each cavity then only changes the EP problem's prior,
+                    # and the shard's sites start where its last fit left them
+                    fit = gaussian_fit(tilted, a, kw, seed=seed, prior=(cav_mean, cav_cov), recognised=recognised[k],
+                                       sites=local_sites[k], **ep_opts)
+                    m_t, S_t, local_log_z, recognised[k], local_sites[k] = (
+                        fit.mean, fit.cov, fit.log_evidence, fit.recognised, fit.sites)
                 else:
                     post = engine_fn(tilted, *a, seed=seed + 7919 * it + k, **opts, **kw)
                     m_t, S_t = _tilted_moments(post, local_engine, name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,7 @@ import numpy as np
 from inference import _options, _special, compiled, convergence, exported
 from inference._model import finish_samples, log_joint, observed_sites, structure_trace, trace_model
 from inference.ep.evidence import log_evidence
-from inference.ep.gaussian import to_latent
+from inference.ep.gaussian import site_moments, to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
 from inference.ep.recognise import recognise, working_space
 from inference.ep.state import EPState
@@ -240,16 +241,32 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         model_kwargs=dict(kwargs), seed=seed)
 
 
-def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1e-6, max_iter=200, seed=0,
-                 prior=None, recognised=None):
-    """EP's Gaussian approximation of the latent vector only, without draws or a `Posterior`:
-    ``(mean, cov, log_evidence or None, converged, recognition)``. For methods built on EP
-    (distributed EP), which call it many times on the same structure (one compilation).
+class GaussianFit(NamedTuple):
+    """What `gaussian_fit` returns: the latent's EP Gaussian, the evidence, and what a next call on
+    the same model and data reuses (the recognition, the converged sites)."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    log_evidence: float | None
+    converged: bool
+    recognised: object
+    sites: tuple  # (tau, nu)
+    sweeps: int
+
+
+def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=1e-6, max_iter=200, seed=0,
+                 prior=None, recognised=None, sites=None) -> GaussianFit:
+    """EP's Gaussian approximation of the latent vector only, without draws or a `Posterior`, for
+    methods built on EP (distributed EP) that call it many times on the same structure (one
+    compilation). ``damping=None`` is `inference.ep`'s default (undamped, then 0.5 if that fails).
 
     ``prior=(m0, S0)`` replaces the latent's Gaussian prior, and ``recognised`` (the recognition
     a previous call returned, of the same model and data) skips reading the model again: the
     likelihood's projections, site kinds and constants do not depend on the prior, so a loop that
-    changes only the prior (distributed EP's cavities) traces and recognises once, not per call."""
+    changes only the prior (distributed EP's cavities) traces and recognises once, not per call.
+    ``sites`` (a previous call's) start the sweeps there instead of at the initial sites, where
+    they give a valid Gaussian with this prior: a loop whose prior moves little converges in a
+    few sweeps (distributed EP, n = 4000 logistic regression: 56 local fits 5.4 s -> 1.2 s)."""
     if recognised is None:
         recognised = recognise(model, args, kwargs, structure_trace(model, args, kwargs, seed), seed=seed)
     rec = recognised
@@ -258,11 +275,24 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=0.5, tol=1
         problem, latent_map = working_space(rec.A, rec.b, m0, S0, rec.problem.groups, rec.blocks)
         rec = dataclasses.replace(rec, problem=problem, latent_map=latent_map, m0=m0, S0=S0)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    state, _, _, change = _iterate(rec.problem, schedule, damping, tol, max_iter, False)
+    start = None
+    if sites is not None:
+        start, ok = _state_at(rec.problem, *sites)
+        start = start if bool(ok) else None
+    state, iterations, _, change, _ = _default_damping_run(rec.problem, schedule, damping, tol, max_iter, False, start)
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
-    return mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z), recognised
+    return GaussianFit(mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z), recognised,
+                       (state.tau, state.nu), int(iterations))
+
+
+@jax.jit
+def _state_at(problem, tau, nu):
+    """``(EPState, ok)`` of given sites under ``problem`` (their marginals recomputed)."""
+    mean, var, ok = site_moments(problem, tau, nu)
+    ok = ok & jnp.all(jnp.isfinite(tau)) & jnp.all(jnp.isfinite(nu))
+    return EPState(tau, nu, jnp.zeros_like(tau), mean, var), ok
 
 
 def _refuse_hyperparameters(trace) -> None:
@@ -293,23 +323,24 @@ def _kernel_jitter(trace) -> dict:
 UNDAMPED_MAX_ITER = 50  # default damping: sweeps allowed undamped before the damped run (0.5) takes over
 
 
-def _default_damping_run(problem, schedule, damping, tol, max_iter, progress):
+def _default_damping_run(problem, schedule, damping, tol, max_iter, progress, start=None):
     """``_iterate`` plus the damping used. With ``damping=None`` EP first runs undamped (about
     half the sweeps of damping 0.5 where it converges: 11 vs 28 on a probit GP classifier,
     n = 500, same fixed point to 2e-6) and, if that run has not converged within
-    `UNDAMPED_MAX_ITER` sweeps or left non-finite sites, restarts damped (0.5) from the prior."""
+    `UNDAMPED_MAX_ITER` sweeps or left non-finite sites, restarts damped (0.5) from the same
+    start (``start``, an `EPState`, or the initial sites)."""
     if damping is not None:
-        return (*_iterate(problem, schedule, damping, tol, max_iter, progress), damping)
+        return (*_iterate(problem, schedule, damping, tol, max_iter, progress, start), damping)
     if schedule == "parallel":
-        out = _iterate(problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress)
+        out = _iterate(problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress, start)
         state, change = out[0], float(out[3])
         if change <= tol and np.all(np.isfinite(np.asarray(state.tau))) and np.all(np.isfinite(np.asarray(state.nu))):
             return (*out, 1.0)
-    return (*_iterate(problem, schedule, 0.5, tol, max_iter, progress), 0.5)
+    return (*_iterate(problem, schedule, 0.5, tol, max_iter, progress, start), 0.5)
 
 
-def _iterate(problem, schedule, damping, tol, max_iter, progress):
-    state = _init(problem)
+def _iterate(problem, schedule, damping, tol, max_iter, progress, start=None):
+    state = _init(problem) if start is None else start
     sweep = _SWEEPS[schedule]
     if not progress:
         return sweep(problem, state, *run_arguments(state, damping, tol, max_iter))

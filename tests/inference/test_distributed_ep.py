@@ -95,8 +95,11 @@ def test_bad_input(model, kwargs, match):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_a_recognition_reused_under_a_new_prior_gives_the_fresh_fit(dtype):
-    """Distributed EP reads each shard's model once and changes only the prior per cavity: the
-    fit from a recognition made under one cavity, given another, equals reading the model anew."""
+    """Distributed EP reads each shard's model once and changes only the prior per cavity, and
+    starts each shard's sweeps from its last sites: the fit from a recognition made under one
+    cavity, given another, equals reading the model anew; under a nearby cavity, started from the
+    last fit's sites, it reaches the cold start's fixed point (to EP's tolerance) in fewer sweeps
+    (measured 7 and 6 against 10)."""
     from inference.distributed_ep import _with_cavity
     from inference.ep.driver import gaussian_fit
 
@@ -107,14 +110,25 @@ def test_a_recognition_reused_under_a_new_prior_gives_the_fresh_fit(dtype):
     import jax
 
     tol = 1e-10 if dtype == "float64" else 1e-5  # float32: the same sweeps, round-off of one problem build
+    prior = (second["_cavity_mean"], second["_cavity_cov"])
     with jax.enable_x64(dtype == "float64"):
-        *_, rec = gaussian_fit(tilted, (X[:150], Y[:150]), first)
+        start = gaussian_fit(tilted, (X[:150], Y[:150]), first)
+        rec = start.recognised
         fresh = gaussian_fit(tilted, (X[:150], Y[:150]), second)
-        reused = gaussian_fit(tilted, (X[:150], Y[:150]), first, recognised=rec,
-                              prior=(second["_cavity_mean"], second["_cavity_cov"]))
-        other = gaussian_fit(tilted, (X[:150], Y[:150]), first)
+        reused = gaussian_fit(tilted, (X[:150], Y[:150]), first, recognised=rec, prior=prior)
+        # a cavity near the last one (as between distributed EP's iterations), cold and warm
+        near = (prior[0] + 0.02, prior[1] * 1.02)
+        cold = gaussian_fit(tilted, (X[:150], Y[:150]), first, recognised=rec, prior=near)
+        warm = gaussian_fit(tilted, (X[:150], Y[:150]), first, recognised=rec, prior=near, sites=fresh.sites)
     assert rec.problem.offset.dtype == np.dtype(dtype)
-    np.testing.assert_allclose(reused[0], fresh[0], rtol=tol, atol=tol)
-    np.testing.assert_allclose(reused[1], fresh[1], rtol=tol, atol=tol)
-    assert abs(reused[2] - fresh[2]) < 1e3 * tol and reused[3] and fresh[3]
-    assert not np.allclose(fresh[0], other[0], rtol=1e-3)  # the prior matters
+    np.testing.assert_allclose(reused.mean, fresh.mean, rtol=tol, atol=tol)
+    np.testing.assert_allclose(reused.cov, fresh.cov, rtol=tol, atol=tol)
+    assert abs(reused.log_evidence - fresh.log_evidence) < 1e3 * tol and reused.converged and fresh.converged
+    assert not np.allclose(fresh.mean, start.mean, rtol=1e-3)  # the prior matters
+    # the warm start: the same fixed point within what EP's tolerance (1e-6 of a site's effect on
+    # its marginal; float32: 1e-4) lets the moments differ
+    ep_tol = 1e-5 if dtype == "float64" else 1e-3
+    np.testing.assert_allclose(warm.mean, cold.mean, rtol=ep_tol, atol=ep_tol)
+    np.testing.assert_allclose(warm.cov, cold.cov, rtol=ep_tol, atol=ep_tol)
+    assert warm.converged and abs(warm.log_evidence - cold.log_evidence) < 10 * ep_tol
+    assert warm.sweeps < cold.sweeps, (warm.sweeps, cold.sweeps)
