@@ -795,7 +795,7 @@ def _local_optimum_check(data, csr, params, alpha, eta, seed):
     triplets = _triplets(csr)
     k, v = np.shape(params["topics_concentration"])
     state = VBState(jnp.asarray(params["topics_concentration"], dtype), jnp.asarray(params["theta_concentration"], dtype),
-                    jnp.asarray(0))
+                    jnp.asarray(0, jnp.int32))  # the VB fits' step dtype: one `_final_e_step` program
     a = jnp.asarray(np.broadcast_to(np.asarray(alpha, float), (k,)), dtype)
     e = jnp.broadcast_to(jnp.asarray(eta, dtype), (v,))
     _, exact = _final_e_step(state, triplets, _dense_corpus(csr), a, e, jnp.asarray(1e-3, dtype),
