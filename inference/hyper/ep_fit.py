@@ -14,8 +14,9 @@ space; ``a a' * S0`` elementwise when ``A`` is diagonal, as a GP classifier's la
 ``P = A chol(S0)`` (weight space), offset ``b + A m0``.
 
 ``evidence``: EP's parallel (or sequential) sweeps from the warm sites on ``stop_gradient(phi)``
-(undamped for at most 50 sweeps, then damping 0.5 from the warm start again if that did not
-converge, as the plain driver does; a given ``damping`` is used throughout), then EP's log
+(undamped and Anderson-accelerated, `inference.ep.anderson`, for at most 50 sweeps, then plain
+sweeps with damping 0.5 from the warm start again if that did not converge, as the plain driver
+does; a given ``damping`` is used throughout, without acceleration), then EP's log
 evidence at the converged sites and its gradient in ``phi`` with the sites held fixed (log Z_EP
 is stationary in the sites at a fixed point): in function space GPML's closed form
 ``tr(F dK) / 2 + alpha' d offset`` (`inference.ep.gaussian.gaussian_gradient_terms`: one
@@ -41,6 +42,7 @@ import numpy as np
 from jax import lax
 
 from inference import _model, _options, compiled, linalg
+from inference.ep import anderson
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import LatentMap, gaussian_gradient_terms, site_moments, to_latent
 from inference.ep.problem import EPProblem
@@ -158,7 +160,9 @@ def _finite(*xs):
 def _sweep(problem, warm, ep, schedule):
     """EP's sweeps from the warm sites (or from zero sites where those give no valid Gaussian):
     a first run, then a second from the same start if the first did not converge (``ep["sweeps"]``:
-    each run's damping and sweep count; no second run when its count is zero).
+    each run's damping and sweep count; no second run when its count is zero). ``schedule``
+    ``"anderson"``: the first run is Anderson-accelerated undamped parallel sweeps
+    (`inference.ep.anderson`; the default damping's), the second plain parallel ones.
     ``(state, converged)``."""
     tau_w, nu_w = warm
     mean_w, var_w, good = site_moments(problem, tau_w, nu_w)
@@ -169,15 +173,23 @@ def _sweep(problem, warm, ep, schedule):
     pick = lambda a, b: jnp.where(good, a, b)  # noqa: E731
     start = EPState(pick(tau_w, zero), pick(nu_w, zero), zero, pick(mean_w, zero), pick(var_w, prior_var))
     tol, sweeps = ep["tol"], ep["sweeps"]
+    plain = "parallel" if schedule == "anderson" else schedule
 
-    def run(c):  # one traced copy of the sweeps for both runs (half the compilation)
+    def run(k):
+        st, _, _, change = _run(problem, start, sweeps[2 * k], tol, sweeps[2 * k + 1].astype(jnp.int32), plain)
+        return st, (change <= tol) & _finite(st.tau, st.nu)
+
+    if schedule == "anderson":
+        st, _, change = anderson.run(problem, start, tol, sweeps[1].astype(jnp.int32))
+        first = (st, (change <= tol) & _finite(st.tau, st.nu))
+        return lax.cond(first[1] | (sweeps[3] <= 0), lambda: first, lambda: run(1))
+
+    def step(c):  # one traced copy of the sweeps for both runs (half the compilation)
         k, _, _ = c
-        st, _, _, change = _run(problem, start, sweeps[2 * k], tol, sweeps[2 * k + 1].astype(jnp.int32), schedule)
-        return k + 1, st, (change <= tol) & _finite(st.tau, st.nu)
+        return k + 1, *run(k)
 
     more = lambda c: (c[0] == 0) | ((c[0] == 1) & ~c[2] & (sweeps[3] > 0))  # noqa: E731 - no empty second run
-    _, state, converged = lax.while_loop(more, run,
-                                         (jnp.asarray(0, jnp.int32), start, jnp.asarray(False)))
+    _, state, converged = lax.while_loop(more, step, (jnp.asarray(0, jnp.int32), start, jnp.asarray(False)))
     return state, converged
 
 
@@ -259,8 +271,10 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
     diagonal = A.ndim == 2 and A.shape[0] == A.shape[1] and not np.any(A - np.diag(np.diagonal(A)))
     form = "diagonal" if space == "function" and diagonal else space
     sweep_tol = _options.working_tol(SWEEP_TOL_FACTOR * tol, dtype)
+    sweep_schedule = schedule
     if damping is None and schedule == "parallel":
         sweeps = (1.0, min(max_iter, UNDAMPED_SWEEPS), 0.5, max_iter)
+        sweep_schedule = "anderson"  # the undamped first run accelerated (`_sweep`)
     else:  # a given damping throughout; the sequential schedule's default is 0.5 (as the driver's)
         sweeps = (0.5 if damping is None else damping, max_iter, 0.5 if damping is None else damping, 0)
     ep = {"A": jnp.asarray(rec0.A, dtype), "b": jnp.asarray(rec0.b, dtype), "groups": rec0.problem.groups,
@@ -269,11 +283,11 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
 
     def build(rebuild):
         inputs = lambda d: rebuild(d[0])  # noqa: E731
-        ev = lambda phi, warm, data: evidence(model, hs, rebuild, form, schedule, phi, warm, data)  # noqa: E731
+        ev = lambda phi, warm, data: evidence(model, hs, rebuild, form, sweep_schedule, phi, warm, data)  # noqa: E731
         dr = lambda phi, warm, key, num, data: draw(model, hs, rebuild, form, phi, warm, key, num, data)  # noqa: E731
         return fit.programs(model, hs, inputs, ev, dr, laplace_evidence.latent_model(model, hs, None).unravel)
 
-    progs, arrays = compiled.get("ep-hyper", model, args, kwargs, (hs, form, schedule), build)
+    progs, arrays = compiled.get("ep-hyper", model, args, kwargs, (hs, form, sweep_schedule), build)
     n = rec0.problem.num_sites
     warm0 = (jnp.zeros(n, dtype), jnp.zeros(n, dtype))
     return Setup(hs, progs, (arrays, ep), jnp.asarray(phi0), warm0, space, dict(rec0.site_kinds), sweep_tol)
