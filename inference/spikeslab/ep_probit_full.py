@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from inference.ep import anderson
 from inference.spikeslab.ep_probit import ProbitData, make_data  # noqa: F401  (same data layout)
 from inference.spikeslab.ep_regression import _site_targets
 from inference.spikeslab.sites import log_partition, probit_tilted, spike_slab_tilted
@@ -242,7 +243,7 @@ class AcceleratedState(NamedTuple):
     count: jax.Array  # differences recorded so far (the next row is count % memory)
 
 
-ANDERSON_MEMORY = 5  # residual differences kept (3-12 all take 13-14 sweeps on leukemia, 5 the fewest)
+ANDERSON_MEMORY = anderson.MEMORY  # residual differences kept (3-12 all take 13-14 sweeps on leukemia, 5 the fewest)
 ANDERSON_START = 1  # sweeps before the first recorded difference (the first sweep moves far from the prior)
 
 
@@ -257,21 +258,13 @@ def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) 
     *targets, m, v, incl, skipped, clipped = _parallel_targets(s, data, damping, XT)
     x = jnp.concatenate([s.lik_tau, s.lik_nu, s.tau, s.nu])
     g = jnp.concatenate(targets)
-    f = g - x
     record = s.iteration > ANDERSON_START  # a.f, a.g are the previous sweep's
-    row = a.count % ANDERSON_MEMORY  # written in place; unused rows are masked out, never read
-    dF = a.dF.at[row].set(f - a.f)
-    dG = a.dG.at[row].set(g - a.g)
-    used = jnp.where(record, a.used.at[row].set(1.0), a.used)
-    gram = (dF @ dF.T) * jnp.outer(used, used)
-    reg = 1e-12 * jnp.trace(gram) + jnp.finfo(gram.dtype).tiny
-    gamma = jnp.linalg.solve(gram + reg * jnp.eye(ANDERSON_MEMORY, dtype=gram.dtype), used * (dF @ f))
-    x_new = g - gamma @ dG
+    x_new, h = anderson.mix(anderson.History(a.dF, a.dG, a.f, a.g, a.used, a.count, record), x, g)
     n, d = data.X.shape
     valid = jnp.all(jnp.isfinite(x_new)) & jnp.all(x_new[:n] >= 0) & jnp.all(x_new[2 * n:2 * n + d] > 0)
     sites = jnp.split(jnp.where(valid, x_new, g), [n, 2 * n, 2 * n + d])  # lik_tau, lik_nu, tau, nu
     ep = _with_sites(s, data, XT, *sites, m, v, incl, skipped, clipped)
-    return AcceleratedState(ep, dF, dG, f, g, jnp.where(valid, used, 0.0), a.count + record)
+    return AcceleratedState(ep, h.dF, h.dG, h.f, h.g, jnp.where(valid, h.used, 0.0), h.count)
 
 
 @partial(jax.jit, static_argnames=("sequential", "accelerate"))
