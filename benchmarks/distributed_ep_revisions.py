@@ -11,13 +11,9 @@ Reproduce (from the project root):
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
+from revisions import HERE, run_child, worktree
 
 CHILD = r"""
 import json, sys, time
@@ -41,34 +37,18 @@ print(json.dumps(out))
 """
 
 
-def run(root, n):
-    env = dict(os.environ, PYTHONPATH=root, INFERENCE_COMPILATION_CACHE="0", INFERENCE_PROGRESS="0",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4 --xla_cpu_multi_thread_eigen=false")
-    res = subprocess.run([sys.executable, "-c", CHILD, str(n)], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=3600)
-    if res.returncode != 0:
-        raise RuntimeError(res.stderr[-3000:])
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="the base revision (a commit)")
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with tempfile.TemporaryDirectory() as tmp:
-        base = os.path.join(tmp, "base")
-        subprocess.run(["git", "worktree", "add", "--detach", base, args.base], cwd=here, check=True,
-                       capture_output=True)
-        try:
-            rows = {args.base: [], "this revision": []}
-            for _ in range(args.repeats):  # interleaved
-                rows[args.base].append(run(base, args.n))
-                rows["this revision"].append(run(here, args.n))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", base], cwd=here, capture_output=True)
+    flags = "--xla_force_host_platform_device_count=4 --xla_cpu_multi_thread_eigen=false"
+    with worktree(args.base) as base:
+        rows = {args.base: [], "this revision": []}
+        for _ in range(args.repeats):  # interleaved
+            rows[args.base].append(run_child(base, CHILD, args.n, xla_flags=flags))
+            rows["this revision"].append(run_child(HERE, CHILD, args.n, xla_flags=flags))
     print(f"logistic regression, n = {args.n}, d = 5, 4 shards on 4 CPU devices; {args.repeats} processes each\n")
     print("| revision | first fit (s) | warm fit (s) | outer iterations | max |mean - full EP| / sd |")
     print("|---|---|---|---|---|")

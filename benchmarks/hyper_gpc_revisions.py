@@ -13,13 +13,9 @@ Reproduce (from the project root):
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
+from revisions import HERE, run_child, worktree
 
 CHILD = r"""
 import json, sys, time, warnings
@@ -40,33 +36,16 @@ print(json.dumps(out))
 """
 
 
-def run(root, method, n, splits):
-    env = dict(os.environ, PYTHONPATH=root, INFERENCE_COMPILATION_CACHE="0", INFERENCE_PROGRESS="0",
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
-    res = subprocess.run([sys.executable, "-c", CHILD, method, str(n), str(splits)], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=3600)
-    if res.returncode != 0:
-        raise RuntimeError(res.stderr[-3000:])
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, help="the base revision (a commit)")
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--splits", type=int, default=4)
     args = parser.parse_args()
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with tempfile.TemporaryDirectory() as tmp:
-        base = os.path.join(tmp, "base")
-        subprocess.run(["git", "worktree", "add", "--detach", base, args.base], cwd=here, check=True,
-                       capture_output=True)
-        try:
-            rows = {f"EP map iso, {args.base}": run(base, "EP map iso", args.n, args.splits),
-                    "EP map iso, this revision": run(here, "EP map iso", args.n, args.splits),
-                    "scikit-learn": run(here, "sklearn", args.n, args.splits)}
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", base], cwd=here, capture_output=True)
+    with worktree(args.base) as base:
+        rows = {f"EP map iso, {args.base}": run_child(base, CHILD, "EP map iso", args.n, args.splits),
+                "EP map iso, this revision": run_child(HERE, CHILD, "EP map iso", args.n, args.splits),
+                "scikit-learn": run_child(HERE, CHILD, "sklearn", args.n, args.splits)}
     print(f"twonorm n = {args.n}, {args.splits} splits (split 0 first: compilation for EP)\n")
     print("| method | seconds per split | warm median (s) | log loss per split | error % per split |")
     print("|---|---|---|---|---|")
