@@ -97,15 +97,14 @@ def _sum_product(p):
 
 
 @pytest.mark.parametrize("make, shift, x64", [
-    (_rbf_ard, 0.0, False), (_rbf_ard, 0.0, True), (_rbf_ard, 1e3, False), (_rbf_ard, 1e3, True),
-    (_matern, 0.0, True), (_sum_product, 1e3, False)])
+    (_rbf_ard, 0.0, True), (_rbf_ard, 1e3, False), (_matern, 1e3, True), (_sum_product, 1e3, False)])
 def test_gram_derivatives_equal_the_pairwise_ones(make, shift, x64):
     """A kernel's Gram matrix (`_scaled_sqdist`, derivatives by matrix products from centred
     inputs) against the pairwise evaluation it replaces (`_pairwise`, autodiff through each pair):
     values and the gradient of ``sum(W * K)`` in the hyperparameters and both inputs, in float32
     and float64, with inputs near the origin and 1000 away from it (without the centring, the
-    products cancel and the far cases fail); the second derivative in the hyperparameters in
-    float64. Tolerance: 30 eps times the largest entry (times the shift for input gradients: the
+    products cancel and the far cases fail); the second derivative in the hyperparameters once
+    (RBF, float64). Tolerance: 30 eps times the largest entry (times the shift for input gradients: the
     centre itself is rounded)."""
     from probmodels.kernels import _pairwise
 
@@ -117,7 +116,7 @@ def test_gram_derivatives_equal_the_pairwise_ones(make, shift, x64):
         W = jnp.asarray(rng.normal(size=(7, 5)), dt)
         p = jnp.asarray([0.1, -0.3, 0.4, 0.2], dt)
         tol = 30 * float(jnp.finfo(dt).eps)
-        second = x64 and shift == 0.0  # the second derivative once per kernel (its compilation is slow)
+        second = x64 and shift == 0.0  # the second derivative once (its compilation is slow)
 
         def loss(p, A, B, gram):
             return jnp.sum(W * gram(make(p), A, B))
