@@ -9,9 +9,9 @@ structure, `inference.compiled.memo`), and a likelihood that changed between the
 Gaussian likelihood's noise given as a prior) is refused with a ValueError naming the site
 (`inference.laplace(..., hyper=...)` handles those). The prior ``(m0(phi), S0(phi))`` is read
 inside the compiled programs from a trace of the model with ``phi`` substituted (`sites.run`),
-and the EP problem built from it: ``K = A S0 A'`` (function
-space; ``a a' * S0`` elementwise when ``A`` is diagonal, as a GP classifier's label signs) or
-``P = A chol(S0)`` (weight space), offset ``b + A m0``.
+and the EP problem built from it: ``K = A S0 A'`` (function space; ``a a' * S0`` elementwise
+when ``A`` is diagonal, as a GP classifier's label signs) or ``P = A chol(S0)`` (weight space),
+offset ``b + A m0``.
 
 ``evidence``: EP's parallel (or sequential) sweeps from the warm sites on ``stop_gradient(phi)``
 (undamped and Anderson-accelerated, `inference.ep.anderson`, for at most 50 sweeps, then plain
@@ -21,9 +21,9 @@ evidence at the converged sites and its gradient in ``phi`` with the sites held 
 is stationary in the sites at a fixed point): in function space GPML's closed form
 ``tr(F dK) / 2 + alpha' d offset`` (`inference.ep.gaussian.gaussian_gradient_terms`: one
 factorisation and solve, only the kernel differentiated), in weight space by differentiating
-log Z_EP at the fixed sites (``d x d`` factorisations). At n = 1000 (twonorm) this and the
-kernels' matrix-product derivatives (`probmodels.kernels`) took a warm ``hyper="map"`` fit from
-17.4 s to 11.0 s.
+log Z_EP at the fixed sites (``d x d`` factorisations). At n = 1000 (twonorm) this, the
+acceleration and the kernels' matrix-product derivatives (`probmodels.kernels`) took a warm
+``hyper="map"`` fit from 17.2 s to 9.2 s (benchmarks/RESULTS.md).
 ``draw``: the EP Gaussian of the latent at ``phi`` (`inference.ep.gaussian.to_latent`), sampled
 through a Cholesky factor with the smallest jitter that works.
 
