@@ -17,13 +17,9 @@ Engine ``cavi`` is ``inference.vi(..., method="cavi")``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import tempfile
 
 import numpy as np
+from revisions import HERE, run_child, worktree
 
 CASES = [("gaussian_mixture", "laplace"), ("hmm", "laplace"), ("logistic_regression", "laplace"),
          ("gaussian_mixture", "mcmc"), ("hmm", "mcmc"), ("bayes_machine", "ep"), ("gp_classifier", "laplace")]
@@ -60,11 +56,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0}))
 
 
 def run(root, name, engine):
-    env = dict(os.environ, PYTHONPATH=root, INFERENCE_COMPILATION_CACHE="0", INFERENCE_PROGRESS="0",
-               XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
-    out = subprocess.run([sys.executable, "-c", CHILD, name, engine], capture_output=True, text=True, env=env,
-                         cwd=root, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+    return run_child(root, CHILD, name, engine)["seconds"]
 
 
 def main():
@@ -75,23 +67,16 @@ def main():
                         help="comma-separated model:engine pairs (default: the table's seven)")
     opts = parser.parse_args()
     cases = [tuple(c.split(":")) for c in opts.cases.split(",")]
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with tempfile.TemporaryDirectory() as tmp:
-        base = os.path.join(tmp, "base")
-        subprocess.run(["git", "worktree", "add", "--detach", base, opts.base], cwd=here, check=True,
-                       capture_output=True)
-        try:
-            rows = []
-            for name, engine in cases:
-                times = {"base": [], "head": []}
-                for _ in range(opts.repeats):
-                    times["base"].append(run(base, name, engine))
-                    times["head"].append(run(here, name, engine))
-                b, h = np.median(times["base"]), np.median(times["head"])
-                rows.append(f"| {name} | {engine} | {b:.2f} | {h:.2f} | {h / b:.2f} |")
-                print(rows[-1], flush=True)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", base], cwd=here, capture_output=True)
+    with worktree(opts.base) as base:
+        rows = []
+        for name, engine in cases:
+            times = {"base": [], "head": []}
+            for _ in range(opts.repeats):
+                times["base"].append(run(base, name, engine))
+                times["head"].append(run(HERE, name, engine))
+            b, h = np.median(times["base"]), np.median(times["head"])
+            rows.append(f"| {name} | {engine} | {b:.2f} | {h:.2f} | {h / b:.2f} |")
+            print(rows[-1], flush=True)
     print(f"\n| model | engine | {opts.base} (s) | HEAD (s) | HEAD / base |\n|---|---|---|---|---|")
     print("\n".join(rows))
 

@@ -208,8 +208,16 @@ class Kernel:
                              f"but the inputs have {num_features} features")
 
     def matrix(self, X1, X2):
-        """The Gram matrix of 2-D inputs (traceable): ``evaluate`` over every pair of rows.
-        Kernels of squared distances override it (`_scaled_sqdist`: cheaper derivatives)."""
+        """The Gram matrix of 2-D inputs (traceable, unchecked: ``kernel(X1, X2)`` checks and calls
+        it): ``evaluate`` over every pair of rows. Kernels of squared distances override it
+        (`_scaled_sqdist`: cheaper derivatives).
+
+        Example:
+            >>> import numpy as np
+            >>> X = np.array([[0.0], [1.0]])
+            >>> [round(float(v), 4) for v in RBF(1.0).matrix(X, X)[0]]
+            [1.0, 0.6065]
+        """
         return _pairwise(self, X1, X2)
 
     def __call__(self, X1, X2=None):
