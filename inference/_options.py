@@ -7,6 +7,7 @@ with its own ``seed``) is passed through ``model_kwargs={"seed": ...}``.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 
@@ -74,6 +75,27 @@ def unsupported(path: str, **options) -> None:
         if not is_default(value, default):
             raise ValueError(f"{name}={value!r}: {path} cannot honour this option; leave it at its "
                              f"default ({default!r})")
+
+
+def model_arguments(engine, model, args: tuple, kwargs: dict) -> None:
+    """Raise TypeError, before any tracing, when ``model`` cannot be called with ``args`` and
+    ``kwargs``. A keyword that is not an option of ``engine`` (the public engine function) goes to
+    the model, so an option misspelt or meant for another engine (``num_chains`` given to
+    ``inference.ep``) used to surface as the model's own TypeError, read as the model's fault.
+    Models whose signature cannot be read, or that take ``**kwargs``, are left to raise their own."""
+    try:
+        signature = inspect.signature(model)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = getattr(model, "__name__", type(model).__name__)
+        options = [p for p, v in inspect.signature(engine).parameters.items()
+                   if v.kind is inspect.Parameter.KEYWORD_ONLY or v.default is not inspect.Parameter.empty]
+        raise TypeError(f"inference.{engine.__name__}: the model {name}{signature} cannot take these arguments: {exc}. "
+                        f"Keywords that are not options of inference.{engine.__name__} ({', '.join(options)}) go to "
+                        "the model") from None
 
 
 def model_kwargs(kwargs: dict, extra) -> dict:

@@ -140,6 +140,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
         raise TypeError(f"local_options must be a dict, got {type(local_options).__name__}")
     local_options = dict(local_options or {})
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    _options.model_arguments(distributed_ep, model, args, kwargs)
 
     trace = _model.trace_model(model, args, kwargs, seed)
     latent = _model.latent_sites(trace)

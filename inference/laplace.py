@@ -113,6 +113,7 @@ def laplace(
     _model.check_offered(model, "laplace")
     bar = Bar(_options.progress(progress), 2, "laplace", "stage")  # shown only on a fit of over a second
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    _options.model_arguments(laplace, model, args, kwargs)
     mesh = sharding.resolve_mesh(shard_data)
     # the sites from one abstract trace (the model's own input checks still raise first); an eager
     # one paid a compilation per operation in a new process. Sharding reads concrete observations.

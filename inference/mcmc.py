@@ -74,6 +74,7 @@ def mcmc(
         raise ValueError(f"chain_method must be 'parallel', 'sequential' or 'vectorized', got {chain_method!r}")
     progress = _options.progress(progress)
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    _options.model_arguments(mcmc, model, args, kwargs)
     trace = _model.structure_trace(model, args, kwargs, seed)
     if not _model.latent_sites(trace):
         raise ValueError("model has no latent sample sites: nothing to infer")

@@ -109,6 +109,7 @@ def vi(
     if isinstance(guide, str) and guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
+    _options.model_arguments(vi, model, args, kwargs)
     svi_options = dict(guide=(guide, "normal"), optimizer=(optimizer, None), learning_rate=(learning_rate, 0.01),
                        num_particles=(num_particles, 1), check_every=(check_every, 500))
     methods = getattr(model, "vi_methods", {})

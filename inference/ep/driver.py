@@ -138,6 +138,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     seed = _options.seed(seed)
     progress = _options.progress(progress)
     kwargs = _options.model_kwargs(model_kw, model_kwargs)
+    _options.model_arguments(ep, model, args, kwargs)
     # the sites from one abstract trace (the model's own input checks still raise first; a Gram
     # matrix is still computed and checked concretely): the generic EP reads types and observed
     # values only. An eager run compiled each operation of the model apart (~1.5 s of a GP

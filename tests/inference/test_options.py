@@ -159,3 +159,31 @@ def test_mcmc_uses_the_default_chain_method(monkeypatch):
                           num_samples=20, num_chains=2, progress=False)
     assert post.diagnostics["chain_method"] == "vectorized"
     assert post.samples["w"].shape == (2, 20, 2)
+
+
+def _never_run(X, y=None, *, scale=1.0):
+    raise AssertionError("the model ran: its arguments were not checked first")
+
+
+@pytest.mark.parametrize("engine, option", [("ep", "num_chains"), ("laplace", "steps"), ("vi", "num_warmup"),
+                                            ("mcmc", "learning_rate"), ("distributed_ep", "guide")])
+def test_a_keyword_for_another_engine_is_refused_before_the_model_runs(engine, option):
+    """A keyword that is not an option of the engine goes to the model; one the model does not take
+    either (an option misspelt or meant for another engine) raises TypeError naming it, the engine
+    and the model's signature, before the model runs (it used to be the model's own TypeError,
+    read as the model's fault, or an error from deep inside the first trace)."""
+    with pytest.raises(TypeError, match=rf"inference\.{engine}: the model _never_run\(X, y=None, \*, scale=1\.0\) "
+                                        rf"cannot take these arguments: .*'{option}'"):
+        getattr(inference, engine)(_never_run, XS, YS, **{option: 1})
+    with pytest.raises(TypeError, match="missing a required argument: 'X'"):
+        getattr(inference, engine)(_never_run)
+
+
+def test_models_taking_any_keyword_still_get_them():
+    """A model with ``**kwargs`` (or a wrapped one) takes every keyword: nothing is refused for it."""
+    def model(X, y=None, **kwargs):
+        w = numpyro.sample("w", dist.Normal(0, kwargs["prior_scale"]).expand([X.shape[1]]).to_event(1))
+        numpyro.sample("y", dist.Normal(X @ w, 1.0), obs=y)
+
+    post = inference.laplace(model, XS, YS, prior_scale=2.0, num_samples=10, progress=False)
+    assert post.samples["w"].shape == (1, 10, 5)
