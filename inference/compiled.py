@@ -768,11 +768,11 @@ def _package_stamps(packages: tuple) -> tuple:
 
 
 def write_file(path: str, data: bytes) -> None:
-    """Written to a temporary name and renamed (another process never reads half a file); a
-    cache directory that cannot be written is left as it is."""
+    """Written to a temporary name (per process and thread) and renamed: another process or
+    thread never reads half a file; a cache directory that cannot be written is left as it is."""
     import os
 
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -12,12 +12,14 @@ NUTS (moment matching) -- on the shard's device, and sets ``g_k = tilted / cavit
 Scope: models with one latent site, a real vector with a Gaussian prior (``Normal``/``MVN``),
 and observed sites whose rows are the data rows; every array argument whose first dimension is
 the number of rows is split with them. Shards are placed round-robin on this process's devices
-(``jax.local_devices()``): one host for now (docs/distributed.md).
+(``jax.local_devices()``): one host for now (docs/distributed.md). With ``local_engine="ep"`` the
+shards on different devices are fitted at the same time, one thread per device.
 """
 
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,7 @@ import numpyro.distributions as dist
 from numpyro.primitives import Messenger
 
 from inference import _model, _options, compiled, convergence
-from inference.ep.driver import gaussian_fit
+from inference.ep.driver import gaussian_fit, recognition
 from inference.posterior import Posterior
 from inference.trace_reading import gaussian_prior
 
@@ -185,70 +187,111 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     tilted = _with_cavity(model, name)
     recognised = [None] * num_shards  # each shard's EP recognition (local_engine="ep")
     local_sites = [None] * num_shards  # and its converged sites, the next iteration's start
-    for it in range(1, max_iter + 1):
-        new_Q, new_r = Qk.copy(), rk.copy()
-        for k in range(num_shards):
-            Qc, rc = Q - Qk[k], r - rk[k]
-            if not _is_pd(Qc):
-                skipped += 1
-                continue
-            cav_cov = np.linalg.inv(Qc)
-            cav_cov = 0.5 * (cav_cov + cav_cov.T)
-            cav_mean = cav_cov @ rc
-            a, kw = pieces[k]
-            kw = {**kw, "_cavity_mean": cav_mean, "_cavity_cov": cav_cov}
-            with warnings.catch_warnings(), jax.default_device(placement[k]):
+    def shard_inputs(k, cav_mean, cav_cov):
+        a, kw = pieces[k]
+        return a, {**kw, "_cavity_mean": cav_mean, "_cavity_cov": cav_cov}
+
+    def local_fit(k, it, cav_mean, cav_cov):
+        """Shard ``k``'s tilted moments and local log evidence under the cavity, on its device
+        (each call in its own scope: the scope and the default device are per thread)."""
+        a, kw = shard_inputs(k, cav_mean, cav_cov)
+        with compiled.scope(), jax.default_device(placement[k]):
+            if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation; the
+                # shard's model is read once, each cavity then only changes the EP problem's prior,
+                # and the shard's sites start where its last fit left them
+                fit = gaussian_fit(tilted, a, kw, seed=seed, prior=(cav_mean, cav_cov), recognised=recognised[k],
+                                   sites=local_sites[k], **ep_opts)
+                recognised[k], local_sites[k] = fit.recognised, fit.sites
+                return fit.mean, fit.cov, fit.log_evidence
+            post = engine_fn(tilted, *a, seed=seed + 7919 * it + k, **opts, **kw)
+            return (*_tilted_moments(post, local_engine, name), post.log_evidence)
+
+    # With the local EP, shards on different devices run at the same time, one thread per device
+    # (each device's shards in turn): their compiled programs, the first compilation included. The
+    # model is read (`recognition`) in this thread beforehand: NumPyro's handler stack is global.
+    # Laplace and NUTS read the model at every call, so they run one shard after another, as does
+    # everything on one device. Each shard's update depends only on the last iteration's global
+    # approximation: the answer does not depend on the order.
+    lanes = {}
+    for k, dev in enumerate(placement):
+        lanes.setdefault(dev, []).append(k)
+    pool = ThreadPoolExecutor(max_workers=len(lanes)) if len(lanes) > 1 and local_engine == "ep" else None
+
+    def fits(tasks):
+        def lane(ks):
+            return {k: local_fit(k, *tasks[k]) for k in ks if k in tasks}
+
+        if pool is None:
+            return lane(list(tasks))
+        for k, (_, cav_mean, cav_cov) in tasks.items():
+            if recognised[k] is None:
+                with jax.default_device(placement[k]):
+                    recognised[k] = recognition(tilted, *shard_inputs(k, cav_mean, cav_cov), seed)
+        out = {}
+        for part in pool.map(lane, lanes.values()):
+            out.update(part)
+        return out
+
+    try:
+        for it in range(1, max_iter + 1):
+            new_Q, new_r = Qk.copy(), rk.copy()
+            tasks = {}
+            for k in range(num_shards):
+                Qc, rc = Q - Qk[k], r - rk[k]
+                if not _is_pd(Qc):
+                    skipped += 1
+                    continue
+                cav_cov = np.linalg.inv(Qc)
+                cav_cov = 0.5 * (cav_cov + cav_cov.T)
+                tasks[k] = (it, cav_cov @ rc, cav_cov)
+            with warnings.catch_warnings():  # the local engines' own warnings (in the worker threads too)
                 warnings.simplefilter("ignore")
-                if local_engine == "ep":  # the Gaussian fit only: no draws, one compilation; the
-                    # shard's model is read once, each cavity then only changes the EP problem's prior,
-                    # and the shard's sites start where its last fit left them
-                    fit = gaussian_fit(tilted, a, kw, seed=seed, prior=(cav_mean, cav_cov), recognised=recognised[k],
-                                       sites=local_sites[k], **ep_opts)
-                    m_t, S_t, local_log_z, recognised[k], local_sites[k] = (
-                        fit.mean, fit.cov, fit.log_evidence, fit.recognised, fit.sites)
+                results = fits(tasks)
+            for k in sorted(results):
+                m_t, S_t, local_log_z = results[k]
+                Qc, rc = Q - Qk[k], r - rk[k]
+                S_t = 0.5 * (S_t + S_t.T)
+                if not (np.all(np.isfinite(m_t)) and np.all(np.isfinite(S_t)) and _is_pd(S_t)):
+                    skipped += 1
+                    continue
+                Qt = np.linalg.inv(S_t)
+                rt = Qt @ m_t
+                new_Q[k] = Qk[k] + damping * (Qt - Qc - Qk[k])
+                new_r[k] = rk[k] + damping * (rt - rc - rk[k])
+                if local_log_z is not None:
+                    log_zk[k] = local_log_z
+                    log_sk[k] = local_log_z + _log_partition(Qc, rc) - _log_partition(Qt, rt)
                 else:
-                    post = engine_fn(tilted, *a, seed=seed + 7919 * it + k, **opts, **kw)
-                    m_t, S_t = _tilted_moments(post, local_engine, name)
-                    local_log_z = post.log_evidence
-            S_t = 0.5 * (S_t + S_t.T)
-            if not (np.all(np.isfinite(m_t)) and np.all(np.isfinite(S_t)) and _is_pd(S_t)):
-                skipped += 1
-                continue
-            Qt = np.linalg.inv(S_t)
-            rt = Qt @ m_t
-            new_Q[k] = Qk[k] + damping * (Qt - Qc - Qk[k])
-            new_r[k] = rk[k] + damping * (rt - rc - rk[k])
-            if local_log_z is not None:
-                log_zk[k] = local_log_z
-                log_sk[k] = local_log_z + _log_partition(Qc, rc) - _log_partition(Qt, rt)
-            else:
-                log_sk[k] = np.nan
-        # a damped step that leaves the global approximation improper is halved
-        step = 1.0
-        while True:
-            cand_Q = Qk + step * (new_Q - Qk)
-            cand_r = rk + step * (new_r - rk)
-            Q_new = Q0 + cand_Q.sum(axis=0)
-            if _is_pd(Q_new) or step < 1e-3:
+                    log_sk[k] = np.nan
+            # a damped step that leaves the global approximation improper is halved
+            step = 1.0
+            while True:
+                cand_Q = Qk + step * (new_Q - Qk)
+                cand_r = rk + step * (new_r - rk)
+                Q_new = Q0 + cand_Q.sum(axis=0)
+                if _is_pd(Q_new) or step < 1e-3:
+                    break
+                step *= 0.5
+            if not _is_pd(Q_new):
+                raise FloatingPointError("distributed EP: the global approximation lost positive definiteness; "
+                                         "lower damping or use fewer shards")
+            Qk, rk = cand_Q, cand_r
+            Q, r = Q_new, Q0 @ mean0 + rk.sum(axis=0)
+            new_cov = np.linalg.inv(Q)
+            new_cov = 0.5 * (new_cov + new_cov.T)
+            new_mean = new_cov @ r
+            sd = np.sqrt(np.diag(new_cov))
+            change = float(max(np.max(np.abs(new_mean - mean) / sd),
+                               np.max(np.abs(np.diag(new_cov) - np.diag(cov)) / np.diag(new_cov))))
+            mean, cov = new_mean, new_cov
+            if bar is not None:
+                bar.update()
+                bar.set_postfix(change=f"{change:.2e}")
+            if change <= tol:
                 break
-            step *= 0.5
-        if not _is_pd(Q_new):
-            raise FloatingPointError("distributed EP: the global approximation lost positive definiteness; "
-                                     "lower damping or use fewer shards")
-        Qk, rk = cand_Q, cand_r
-        Q, r = Q_new, Q0 @ mean0 + rk.sum(axis=0)
-        new_cov = np.linalg.inv(Q)
-        new_cov = 0.5 * (new_cov + new_cov.T)
-        new_mean = new_cov @ r
-        sd = np.sqrt(np.diag(new_cov))
-        change = float(max(np.max(np.abs(new_mean - mean) / sd),
-                           np.max(np.abs(np.diag(new_cov) - np.diag(cov)) / np.diag(new_cov))))
-        mean, cov = new_mean, new_cov
-        if bar is not None:
-            bar.update()
-            bar.set_postfix(change=f"{change:.2e}")
-        if change <= tol:
-            break
+    finally:
+        if pool is not None:
+            pool.shutdown()
     if bar is not None:
         bar.close()
     converged = bool(change <= tol)

@@ -269,7 +269,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
     they give a valid Gaussian with this prior: a loop whose prior moves little converges in a
     few sweeps (distributed EP, n = 4000 logistic regression, 4 shards: a warm fit 5.5 s -> 1.5 s)."""
     if recognised is None:
-        recognised = recognise(model, args, kwargs, structure_trace(model, args, kwargs, seed), seed=seed)
+        recognised = recognition(model, args, kwargs, seed)
     rec = recognised
     if prior is not None:
         m0, S0 = (np.asarray(x, float) for x in prior)
@@ -286,6 +286,13 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return GaussianFit(mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z), recognised,
                        (state.tau, state.nu), int(iterations))
+
+
+def recognition(model, args, kwargs, seed=0):
+    """The EP recognition of ``model`` on these arguments (what `gaussian_fit` takes as
+    ``recognised``). It runs the model under NumPyro's handlers, whose stack is global: call it
+    from one thread at a time; `gaussian_fit` given a recognition runs compiled programs only."""
+    return recognise(model, args, kwargs, structure_trace(model, args, kwargs, seed), seed=seed)
 
 
 @jax.jit

@@ -31,6 +31,7 @@ def _child(n):
 def _check(res):
     assert res["num_devices"] == 4 and sorted(res["devices"]) == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
     assert res["converged"] and res["nuts_converged"]
+    assert res["max_full_ep_diff_sd"] < 1e-3  # local EP on 4 devices at once: full-data EP's fixed point
     assert res["max_mean_diff_sd"] < 0.1  # posterior means within 0.1 NUTS sd
     assert res["max_sd_ratio_dev"] < 0.1  # and sds within 10%
 
