@@ -235,7 +235,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     try:
         for it in range(1, max_iter + 1):
             new_Q, new_r = Qk.copy(), rk.copy()
-            tasks = {}
+            tasks, cavities = {}, {}
             for k in range(num_shards):
                 Qc, rc = Q - Qk[k], r - rk[k]
                 if not _is_pd(Qc):
@@ -244,12 +244,13 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
                 cav_cov = np.linalg.inv(Qc)
                 cav_cov = 0.5 * (cav_cov + cav_cov.T)
                 tasks[k] = (it, cav_cov @ rc, cav_cov)
+                cavities[k] = (Qc, rc)
             with warnings.catch_warnings():  # the local engines' own warnings (in the worker threads too)
                 warnings.simplefilter("ignore")
                 results = fits(tasks)
             for k in sorted(results):
                 m_t, S_t, local_log_z = results[k]
-                Qc, rc = Q - Qk[k], r - rk[k]
+                Qc, rc = cavities[k]
                 S_t = 0.5 * (S_t + S_t.T)
                 if not (np.all(np.isfinite(m_t)) and np.all(np.isfinite(S_t)) and _is_pd(S_t)):
                     skipped += 1

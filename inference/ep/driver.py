@@ -291,7 +291,15 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
 def recognition(model, args, kwargs, seed=0):
     """The EP recognition of ``model`` on these arguments (what `gaussian_fit` takes as
     ``recognised``). It runs the model under NumPyro's handlers, whose stack is global: call it
-    from one thread at a time; `gaussian_fit` given a recognition runs compiled programs only."""
+    from one thread at a time; `gaussian_fit` given a recognition runs compiled programs only.
+
+    Example:
+        >>> import numpy as np, probmodels
+        >>> X = np.array([[1.0], [-1.0], [2.0]]); y = np.array([1, 0, 1])
+        >>> rec = recognition(probmodels.probit_regression, (X, y), {})
+        >>> rec.problem.space, dict(rec.site_kinds)
+        ('weight', {'y': 'probit'})
+    """
     return recognise(model, args, kwargs, structure_trace(model, args, kwargs, seed), seed=seed)
 
 
