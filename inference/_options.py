@@ -82,9 +82,12 @@ def model_arguments(engine, model, args: tuple, kwargs: dict) -> None:
     ``kwargs``. A keyword that is not an option of ``engine`` (the public engine function) goes to
     the model, so an option misspelt or meant for another engine (``num_chains`` given to
     ``inference.ep``) used to surface as the model's own TypeError, read as the model's fault.
-    Models whose signature cannot be read, or that take ``**kwargs``, are left to raise their own."""
+    Models whose signature cannot be read, or that take ``**kwargs``, are left to raise their own.
+    The signature is the callable's own, not that of a function it wraps (``functools.wraps``
+    sets ``__wrapped__``): a wrapper that takes keywords of its own (`inference.sbc`'s
+    conditioned model, a user's decorator) is called with them."""
     try:
-        signature = inspect.signature(model)
+        signature = inspect.signature(model, follow_wrapped=False)
     except (TypeError, ValueError):
         return
     try:

@@ -187,3 +187,20 @@ def test_models_taking_any_keyword_still_get_them():
 
     post = inference.laplace(model, XS, YS, prior_scale=2.0, num_samples=10, progress=False)
     assert post.samples["w"].shape == (1, 10, 5)
+
+
+def test_a_wrapper_taking_its_own_keywords_is_read_by_its_own_signature():
+    """``functools.wraps`` points ``inspect.signature`` at the wrapped model; the check reads the
+    wrapper's own, so a keyword only the wrapper takes reaches it (``inference.sbc``'s conditioned
+    model, a user's decorator: both were refused as the wrapped model's TypeError)."""
+    import functools
+
+    from probmodels import linear_regression
+
+    @functools.wraps(linear_regression)
+    def tempered(*args, temperature=1.0, **kwargs):
+        with numpyro.handlers.scale(scale=1.0 / temperature):
+            return linear_regression(*args, **kwargs)
+
+    post = inference.laplace(tempered, XS, YS, temperature=2.0, noise_scale=1.0, num_samples=10, progress=False)
+    assert post.samples["w"].shape == (1, 10, 5)

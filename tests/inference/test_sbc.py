@@ -94,6 +94,15 @@ def test_needs_observed_sites():
         sbc(probmodels.linear_regression, X, None, noise_scale=1.0, engine=exact_engine())
 
 
+def test_laplace_is_calibrated_on_conjugate_regression():
+    """A library engine through `sbc`'s conditioned model (the faster version of the NUTS check
+    below): Laplace is exact for linear regression with known noise, so it passes."""
+    res = sbc(probmodels.linear_regression, X[:8], Y[:8], engine="laplace", num_replicates=60,
+              noise_scale=1.0, seed=0, progress=False)
+    assert res.failures == 0 and res.ranks.shape == (60, 2)
+    assert res.passed()
+
+
 @pytest.mark.slow
 def test_nuts_is_calibrated_on_conjugate_regression():
     res = sbc(probmodels.linear_regression, X[:8], Y[:8], engine="mcmc", num_replicates=100,

@@ -112,16 +112,23 @@ def test_vi_float32_default_options_recovers_the_parameters(data, laplace_fit):
 
 @pytest.mark.slow  # NUTS; the Laplace and VI recoveries above run by default
 def test_nuts_recovers_the_parameters_and_agrees_with_laplace(data, laplace_fit):
-    post = inference.mcmc(lds, data[0], state_dim=2, num_samples=500, num_warmup=500, num_chains=2, seed=0,
+    """NUTS (2 chains x 1000, converged: R-hat 1.004, ESS 745) recovers every parameter within 4
+    posterior sds, and Laplace agrees with it in the reference's units: Laplace's means within
+    0.5 NUTS posterior sd of NUTS's (measured max 0.38, obs_noise[2], seed 0; 0.27 with data
+    seed 1; NUTS's Monte Carlo error ~0.04 sd), Laplace's sds 0.65-1.1 of NUTS's (measured
+    0.67-0.99: the Gaussian at the mode is over-confident on the offsets and noise scales at
+    T = 100). 2 x 500 draws left the chains below the ESS the convergence check asks for."""
+    post = inference.mcmc(lds, data[0], state_dim=2, num_samples=1000, num_warmup=1000, num_chains=2, seed=0,
                           progress=False)
     assert post.diagnostics["converged"], post.diagnostics
     for k, z in z_scores(post).items():
         assert np.all(z < 4.0), (k, z)
-    for k, z in z_scores(post, sd_from=laplace_fit).items():
-        mean_laplace = np.asarray(laplace_fit.samples[k]).reshape((-1,) + np.shape(TRUTH[k])).mean(0)
-        mean_nuts = np.asarray(post.samples[k]).reshape((-1,) + np.shape(TRUTH[k])).mean(0)
-        sd = np.asarray(laplace_fit.samples[k]).reshape((-1,) + np.shape(TRUTH[k])).std(0)
-        assert np.all(np.abs(mean_nuts - mean_laplace) < 0.5 * sd), k
+    for k in PARAMS:
+        shape = (-1,) + np.shape(TRUTH[k])
+        nuts, lap = (np.asarray(p.samples[k]).reshape(shape) for p in (post, laplace_fit))
+        assert np.all(np.abs(lap.mean(0) - nuts.mean(0)) < 0.5 * nuts.std(0)), k
+        ratio = lap.std(0) / nuts.std(0)
+        assert np.all((ratio > 0.65) & (ratio < 1.1)), (k, ratio)
 
 
 # ----------------------------------------------------------------------------- bad input
