@@ -344,9 +344,15 @@ EXPENSIVE = {("dp_mixture", "mcmc"), ("dp_mixture", "vi"), ("gaussian_mixture", 
 # Known defects, kept visible (strict: the cell fails the suite once it starts passing), by cell id.
 KNOWN = {
     "dp_mixture-mcmc-float64-seeds12": "NUTS at defaults keeps a spurious occupied component at seed 1 in float64 "
-                                       "(location error 1.5; reported converged=False). Since each chain starts "
-                                       "at its own declared start (2026-11-27) the other five seed and dtype "
-                                       "cells recover the truth (location error 0.26-0.36; before: 1.1-1.7)",
+                                       "(location error 1.5; reported converged=False)",
+    # b8580c6 (2026-11-27) said these two recovered the truth once chains started at their own
+    # declared starts; on 2026-11-28 they fail with the same numbers at b8580c6, at 093fd01 and
+    # at HEAD (the starts are finite, inside their supports, potential ~585 and finite gradient)
+    "dp_mixture-mcmc-float32": "NUTS at defaults in float32, seed 0: an extra occupied component "
+                               "(location error 2.59, weights error 0.16; reported converged=False)",
+    "dp_mixture-mcmc-float32-seeds12": "NUTS at defaults in float32, seed 1: an extra occupied component "
+                                       "(location error 2.45, weights error 0.13; reported converged=False); "
+                                       "seed 2 recovers the truth",
 }
 # Too long for `make test` even at one seed (DP mixture NUTS: 35-80 s a seed): every seed runs with
 # the slow checks, as the other DP-mixture NUTS checks (tests/probmodels/test_mixtures.py) do.
