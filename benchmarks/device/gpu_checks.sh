@@ -25,8 +25,9 @@ cp /tmp/stub/fastprogress/__init__.py /tmp/stub/fastprogress/fastprogress.py
 export PYTHONPATH=/tmp/site:/tmp/stub:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false INFERENCE_COMPILATION_CACHE=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
-# 0. The HMM on an accelerator (RESULTS.md, session 39: its NUTS fit did not finish on an H200):
-#    the likelihood's depth (scan vs tree) and a short NUTS fit; HMM=0 skips it
+# 0. The HMM on an accelerator (RESULTS.md: its NUTS fit did not finish on an H200 in session 39; with
+#    the tree on accelerators it took 38 s in session 45): the likelihood's depth (scan vs tree) and a
+#    short NUTS fit; HMM=0 skips it
 if [ "${HMM:-1}" != 0 ]; then
   timeout -k 10 120 python3 benchmarks/hmm_likelihood_depth.py --float32 --steps 300,2000 --states 2,3 2>&1 | tee $OUT/hmm_depth_gpu.txt
   timeout -k 10 240 python3 benchmarks/device/mcmc_probe.py --models hmm --warmup 100 --samples 100 2>&1 | tee $OUT/hmm_nuts_gpu.txt

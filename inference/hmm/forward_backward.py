@@ -283,14 +283,31 @@ def over_batch(one, *arrays):
     return jax.vmap(one)(*arrays)
 
 
-def sequence_log_likelihood(log_init, log_trans, log_emission, mask):
-    """log p(x) of one sequence by the exact log-space forward pass: the version to differentiate.
+# Largest T K^3 (path weights of the tree's first level) for which an accelerator takes the tree.
+_TREE_MAX_WORK = 1 << 26
 
-    Reverse mode through this scan (K^2 exponentials per step, no ``lax.cond``) costs about what
-    the scaled pass costs (0.58 vs 0.50 ms per NUTS gradient, T = 300, K = 2) and is exact, while
-    differentiating through the scaled pass's ``lax.cond`` fallback was ~40x slower; it is what
-    the Bayesian HMM (``probmodels.hmm``) uses under NUTS, VI and Laplace.
+
+def sequence_log_likelihood(log_init, log_trans, log_emission, mask):
+    """log p(x) of one sequence, exact in log space: the version to differentiate.
+
+    On a CPU, the sequential forward pass: reverse mode through its scan (K^2 exponentials per
+    step, no ``lax.cond``) costs about what the scaled pass costs (0.58 vs 0.50 ms per NUTS
+    gradient, T = 300, K = 2), while differentiating through the scaled pass's ``lax.cond``
+    fallback was ~40x slower. On an accelerator (any other platform, chosen when the program is
+    lowered), the tree of :func:`inference.hmm.parallel.sequence_log_likelihood` (log2 T deep),
+    unless T K^3 exceeds ``_TREE_MAX_WORK``: a scan launches kernels at every one of its T steps.
+    Both are exact; they agree to rounding. It is what the Bayesian HMM (``probmodels.hmm``) uses
+    under NUTS, VI and Laplace.
     """
+    from inference.hmm import parallel as par
+
+    args = (log_init, log_trans, log_emission, mask)
+    if log_emission.shape[0] * log_init.shape[0] ** 3 > _TREE_MAX_WORK:
+        return _scan_log_likelihood(*args)
+    return lax.platform_dependent(*args, cpu=_scan_log_likelihood, default=par.sequence_log_likelihood)
+
+
+def _scan_log_likelihood(log_init, log_trans, log_emission, mask):
     return jnp.sum(_forward_exact(log_init, log_trans, log_emission, mask)[1])
 
 
