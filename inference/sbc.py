@@ -22,7 +22,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.primitives import Messenger
 
-from inference import _model, _options, compiled
+from inference import _model, _options
 
 _DEFAULTS = {
     "mcmc": {"num_warmup": 400, "num_samples": 400, "num_chains": 2},
@@ -238,11 +238,6 @@ def sbc(model, *args, engine="mcmc", num_replicates: int = 100, num_draws: int =
         inside.append((truth >= lo) & (truth <= hi))
         if bar is not None:
             bar.update()
-        # engines that still compile per fit leave one executable per replicate; drop them now
-        # and then (not every time: the kept NUTS/log-likelihood programs would recompile)
-        if (r + 1) % 25 == 0:
-            jax.clear_caches()
-            compiled.clear()
     if bar is not None:
         bar.close()
     if not ranks:

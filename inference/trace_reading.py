@@ -108,8 +108,8 @@ def unflatten(u, blocks) -> dict:
     return {b.name: jnp.reshape(u[b.offset:b.offset + b.size], b.shape) for b in blocks}
 
 
-def run_with(model, args, kwargs, values, seed: int = 0):
-    """Trace the model with the latent sites set to ``values``."""
+def run_with(model, args, kwargs, values, seed=0):
+    """Trace the model with the latent sites set to ``values`` (``seed``: an int or a PRNG key)."""
     seeded = handlers.seed(model, rng_seed=seed)
     return handlers.trace(handlers.substitute(seeded, data=values)).get_trace(*args, **kwargs)
 
@@ -132,20 +132,21 @@ def prior_of(model, args, kwargs, blocks, values=None, seed: int = 0, who: str =
     """Prior ``(m0, S0)`` (NumPy) of the concatenated latent blocks, from one compiled run of the
     model (with the latent sites set to ``values`` if given); a ValueError names a non-Gaussian or
     NaN site. ``values`` may be a list of such dicts (one compilation for all): a list returns."""
-    def build(rebuild):  # kept per model structure, the data as arguments (see inference.compiled)
-        def run(arrays, values):
+    def build(rebuild):  # kept per model structure, the data (and the key) as arguments (inference.compiled)
+        def run(arrays, values, key):
             a, kw = rebuild(arrays)
-            tr = run_with(model, a, kw, values, seed)
+            tr = run_with(model, a, kw, values, key)
             parts = [gaussian_prior(b.name, tr[b.name], who, advice) for b in blocks]
             return [p[0] for p in parts], [p[1] for p in parts]
 
         return jax.jit(run)
 
     many = isinstance(values, list)
-    fn, arrays = compiled.get("ep-prior", model, args, kwargs, (tuple((b.name, b.shape) for b in blocks), seed), build)
+    fn, arrays = compiled.get("ep-prior", model, args, kwargs, tuple((b.name, b.shape) for b in blocks), build)
+    key = jax.random.PRNGKey(seed)
     out = []
     for vals in (values if many else [values or {}]):
-        means, covs = fn(arrays, vals)
+        means, covs = fn(arrays, vals, key)
         for b, m, c in zip(blocks, means, covs):
             if not (np.all(np.isfinite(np.asarray(m))) and np.all(np.isfinite(np.asarray(c)))):
                 raise ValueError(f"latent site {b.name!r}: its prior mean or covariance has NaN or inf entries")

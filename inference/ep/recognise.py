@@ -123,8 +123,9 @@ def recognise(model, args, kwargs, trace, seed: int = 0, num_points: int = 96) -
     _check_prior_independent(blocks, m0, S0, m1, S1)
     u1 = m0 + np.sqrt(np.maximum(np.diag(S0), 1e-12)) * np.random.default_rng(seed + 1).standard_normal(D)
 
-    def obs_fn(u):
-        tr = run_with(model, args, kwargs, unflatten(u, blocks), seed)
+    def obs_fn(u):  # seed 0, not the fit's: the likelihood cannot depend on it, and the programs
+        # compiled from this graph are kept per its structure, in which the seed is a literal
+        tr = run_with(model, args, kwargs, unflatten(u, blocks), 0)
         return [_site_log_lik(dict(tr[n], name=n)) for n in obs_names]
 
     try:
