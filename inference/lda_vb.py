@@ -644,12 +644,17 @@ def _lda_trace(model, args, kwargs, seed):
     names = tuple(n for n in ("theta", "topics") if n in trace and trace[n]["type"] == "sample"
                   and hasattr(_base(trace[n]["fn"]), "concentration"))
 
-    def run():
-        with handlers.seed(rng_seed=seed):
-            tr = handlers.trace(model).get_trace(*args, **kwargs)
-        return {n: _base(tr[n]["fn"]).concentration for n in names}
+    def build(rebuild):  # kept per model structure, the data and the key as arguments (inference.compiled)
+        def run(arrays, key):
+            a, kw = rebuild(arrays)
+            with handlers.seed(rng_seed=key):
+                tr = handlers.trace(model).get_trace(*a, **kw)
+            return {n: _base(tr[n]["fn"]).concentration for n in names}
 
-    return trace, jax.tree.map(np.asarray, jax.jit(run)())
+        return jax.jit(run)
+
+    conc = compiled.call("lda-concentrations", model, args, kwargs, names, build, jax.random.PRNGKey(seed))
+    return trace, jax.tree.map(np.asarray, conc)
 
 
 def _base(fn):
