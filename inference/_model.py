@@ -141,19 +141,25 @@ def structure_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:
 def _observed_values(model, args, kwargs, seed, names):
     """The observed values ``names`` from one compiled run of the model (its unused draws are
     dead code to XLA): the eager trace this replaces paid one compilation per operation, ~140 of
-    them (4.8 s) for a Gaussian mixture in a new process. The program is kept per model structure
-    with the data and the key as arguments (`inference.compiled`): a refit compiles nothing."""
+    them (4.8 s) for a Gaussian mixture in a new process."""
+    return read_compiled("observed-values", model, args, kwargs, seed, tuple(names),
+                         lambda tr: {n: tr[n]["value"] for n in names})
+
+
+def read_compiled(tag, model, args, kwargs, seed, names: tuple, read):
+    """``read(trace)`` (a pytree of arrays) from one compiled run of the model under ``seed``,
+    kept per model structure, ``tag`` and ``names`` with the data and the key as arguments
+    (`inference.compiled`): a refit with new data or another seed compiles nothing."""
 
     def build(rebuild):
-        def values(arrays, key):
+        def run(arrays, key):
             a, kw = rebuild(arrays)
             with handlers.seed(rng_seed=key):
-                tr = handlers.trace(model).get_trace(*a, **kw)
-            return {n: tr[n]["value"] for n in names}
+                return read(handlers.trace(model).get_trace(*a, **kw))
 
-        return jax.jit(values)
+        return jax.jit(run)
 
-    return compiled.call("observed-values", model, args, kwargs, tuple(names), build, jax.random.PRNGKey(seed))
+    return compiled.call(tag, model, args, kwargs, names, build, jax.random.PRNGKey(seed))
 
 
 def concrete_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:

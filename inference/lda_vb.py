@@ -54,7 +54,6 @@ import scipy.sparse
 import scipy.special
 from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
-from numpyro import handlers
 
 from inference import _model, _options, compiled, convergence
 from inference.posterior import Posterior
@@ -644,16 +643,8 @@ def _lda_trace(model, args, kwargs, seed):
     names = tuple(n for n in ("theta", "topics") if n in trace and trace[n]["type"] == "sample"
                   and hasattr(_base(trace[n]["fn"]), "concentration"))
 
-    def build(rebuild):  # kept per model structure, the data and the key as arguments (inference.compiled)
-        def run(arrays, key):
-            a, kw = rebuild(arrays)
-            with handlers.seed(rng_seed=key):
-                tr = handlers.trace(model).get_trace(*a, **kw)
-            return {n: _base(tr[n]["fn"]).concentration for n in names}
-
-        return jax.jit(run)
-
-    conc = compiled.call("lda-concentrations", model, args, kwargs, names, build, jax.random.PRNGKey(seed))
+    conc = _model.read_compiled("lda-concentrations", model, args, kwargs, seed, names,
+                                lambda tr: {n: _base(tr[n]["fn"]).concentration for n in names})
     return trace, jax.tree.map(np.asarray, conc)
 
 
