@@ -156,22 +156,24 @@ def test_recovers_simulated_topics(simulated, fits, method):
     assert tv.mean() < 0.1, tv
 
 
-def test_a_refit_with_another_seed_compiles_nothing(simulated):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_refit_with_another_seed_compiles_nothing(simulated, dtype):
     """A sparse corpus (keyed by its contents; a dense one needs concrete values and stays a
     constant of per-call programs): every program of a refit is kept, the key an argument (the
     Dirichlet concentrations were read by a fresh ``jax.jit`` per fit: one compilation, most of
-    a 2.3 s refit of the demo's Reuters case)."""
+    a 2.3 s refit of the demo's Reuters case). In float32 (JAX's default) as in float64."""
     counts = scipy.sparse.csr_matrix(simulated.counts)
-    inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=3, progress=False)
-    compiles = []
-    listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        post = inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=4, progress=False)
-    finally:
-        jax._src.monitoring.unregister_event_duration_listener(listener)
+    with jax.enable_x64(dtype == "float64"):
+        inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=3, progress=False)
+        compiles = []
+        listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            post = inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=4, progress=False)
+        finally:
+            jax._src.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
-    assert post.diagnostics["converged"]
+    assert post.diagnostics["converged"] and post.samples["topics"].dtype == np.dtype(dtype)
     assert _topic_tv(simulated.topics, post.approximation["topics_concentration"]).mean() < 0.1
 
 

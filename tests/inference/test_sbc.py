@@ -94,32 +94,35 @@ def test_needs_observed_sites():
         sbc(probmodels.linear_regression, X, None, noise_scale=1.0, engine=exact_engine())
 
 
-def test_laplace_is_calibrated_on_conjugate_regression():
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_laplace_is_calibrated_on_conjugate_regression(dtype):
     """A library engine through `sbc`'s conditioned model (the faster version of the NUTS check
-    below): Laplace is exact for linear regression with known noise, so it passes. Its programs
+    below): Laplace is exact for linear regression with known noise, so it passes, in float32
+    (JAX's default) as in float64. Its programs
     are compiled by the first replicate and reused by the others (a call of 60 replicates compiles
     no more than one of 10), and the process's other compiled functions are left alone (SBC once
     cleared every JAX cache every 25 replicates, recompiling its own programs and the user's)."""
     import jax
 
-    user = jax.jit(lambda x: 2 * x)
-    user(1.0)
-    compiles = []
-    listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        sbc(probmodels.linear_regression, X[:8], Y[:8], engine="laplace", num_replicates=10, num_draws=19,
-            noise_scale=1.0, seed=1, progress=False)
-    finally:
-        jax._src.monitoring.unregister_event_duration_listener(listener)
-    first, compiles = len(compiles), []
-    listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        res = sbc(probmodels.linear_regression, X[:8], Y[:8], engine="laplace", num_replicates=60,
-                  noise_scale=1.0, seed=0, progress=False)
-    finally:
-        jax._src.monitoring.unregister_event_duration_listener(listener)
+    with jax.enable_x64(dtype == "float64"):
+        user = jax.jit(lambda x: 2 * x)
+        user(1.0)
+        compiles = []
+        listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            sbc(probmodels.linear_regression, X[:8], Y[:8], engine="laplace", num_replicates=10, num_draws=19,
+                noise_scale=1.0, seed=1, progress=False)
+        finally:
+            jax._src.monitoring.unregister_event_duration_listener(listener)
+        first, compiles = len(compiles), []
+        listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
+        jax.monitoring.register_event_duration_secs_listener(listener)
+        try:
+            res = sbc(probmodels.linear_regression, X[:8], Y[:8], engine="laplace", num_replicates=60,
+                      noise_scale=1.0, seed=0, progress=False)
+        finally:
+            jax._src.monitoring.unregister_event_duration_listener(listener)
     assert len(compiles) <= first and user._cache_size() == 1
     assert res.failures == 0 and res.ranks.shape == (60, 2)
     assert res.passed()
