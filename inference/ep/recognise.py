@@ -9,8 +9,9 @@ Rules (no model is recognised by name):
   jaxpr of ``u -> site.fn.log_prob(value)`` (see :mod:`inference.ep.graph`): it must be an
   elementwise function ``h_i(eta_i)`` of one affine projection ``eta_i = a_i^T u + b_i``. The
   projection's ``(A, b)`` are the Jacobian and value at zero, checked at a random point.
-- Each site's ``h_i`` is then classified numerically: ``log Phi(+-eta)`` -> closed-form probit;
-  exactly quadratic with negative curvature -> exact Gaussian; otherwise quadrature.
+- Each site's ``h_i`` is then classified numerically into a site type
+  (:mod:`inference.ep.site_types`): ``log Phi(+-eta)`` -> closed-form probit; exactly quadratic
+  with negative curvature -> exact Gaussian; otherwise quadrature.
   Sites constant in ``u`` (e.g. ``numpyro.factor`` of a constant) add to the evidence.
 - Working space: ``"weight"`` when there are more sites than latent dimensions (whitened by the
   prior Cholesky factor), else ``"function"`` (prior covariance ``A S0 A^T`` of the sites).
@@ -44,6 +45,7 @@ from inference.ep.gaussian import LatentMap
 from inference.ep.graph import (Graph, NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key,
                                 link_constants, program, split, tag)
 from inference.ep.problem import EPProblem, SiteGroup
+from inference.ep.site_types import Gaussian, Probit, Quadrature
 from inference.trace_reading import (GAUSSIAN_PRIORS, LatentBlock, abstract_trace, latent_blocks,  # noqa: F401
                                      latent_sites, observed_sites, prior_of, run_with, unflatten, unwrap)
 from inference.trace_reading import check_gaussian_prior
@@ -275,7 +277,7 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
     fit = _probit_fit(h_at(pts), pts, dt == jnp.float64)
     if fit is not None:  # h(eta) = log Phi(alpha eta + beta): re-project onto alpha eta + beta
         alpha, beta = fit
-        return SiteGroup("probit", {"s": jnp.ones(n, dt)}, n), alpha[:, None] * A, alpha * b + beta
+        return SiteGroup(Probit(), {"s": jnp.ones(n, dt)}, n), alpha[:, None] * A, alpha * b + beta
     t = np.array([-1.0, 0.0, 1.0, -2.3, 0.55, 1.7])
     h = h_at(centre[:, None] + spread[:, None] * t)
     q0 = h[:, 1]
@@ -287,8 +289,8 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
         y = centre - spread * q1 / (2 * q2)
         log_const = q0 - q1 ** 2 / (4 * q2) + 0.5 * np.log(2 * np.pi * noise_var)
         data = {"y": y, "noise_var": noise_var, "log_const": log_const}
-        return SiteGroup("gaussian", {k: jnp.asarray(v, dt) for k, v in data.items()}, n), A, b
-    return SiteGroup("quadrature", {"consts": per, "shared": shared}, n, site_link, num_points), A, b
+        return SiteGroup(Gaussian(), {k: jnp.asarray(v, dt) for k, v in data.items()}, n), A, b
+    return SiteGroup(Quadrature(site_link, num_points), {"consts": per, "shared": shared}, n), A, b
 
 
 def working_space(A, b, m0, S0, groups, blocks):
