@@ -28,7 +28,7 @@ from jax import lax
 
 from inference.ep import site_types
 
-KINDS = ("probit", "gaussian", "noisy_step", "quadrature")  # names of the site types
+KINDS = ("probit", "gaussian", "noisy_step", "quadrature", "ordinal")  # names of the site types
 
 
 class SiteGroup:

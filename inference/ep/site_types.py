@@ -110,7 +110,26 @@ class Quadrature:
         return None
 
 
-BY_NAME = {"probit": Probit(), "gaussian": Gaussian(), "noisy_step": NoisyStep()}
+@dataclass(frozen=True)
+class Ordinal:
+    """Ordered probit (Chu & Ghahramani 2005): ``Phi((hi - eta) / s) - Phi((lo - eta) / s)``; data
+    ``{lo, hi, s}``, the cut points around the observed category (``lo = -inf`` for the first,
+    ``hi = +inf`` for the last) and the noise scale. Closed form, :func:`~inference.ep.sites.ordinal`."""
+
+    name: ClassVar[str] = "ordinal"
+    smooth: ClassVar[bool] = True
+
+    def tilted(self, m, v, d, shared):
+        return sites.ordinal(m, v, d["lo"], d["hi"], d["s"])
+
+    def log_lik(self, eta, d, shared):
+        return sites.log_diff_ndtr((d["hi"] - eta) / d["s"], (d["lo"] - eta) / d["s"])
+
+    def initial(self, d, offset):
+        return None
+
+
+BY_NAME = {"probit": Probit(), "gaussian": Gaussian(), "noisy_step": NoisyStep(), "ordinal": Ordinal()}
 
 
 def from_name(kind: str, link=None, num_points: int = 96):
