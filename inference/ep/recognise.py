@@ -321,10 +321,16 @@ def _ordinal_fit(h_at, t, frontier_maps, tol):
     with np.errstate(all="ignore"):
         for a in values:
             for b in values:
-                pred = _log_diff_ndtr(b[:, None] + t, a[:, None] + t)
-                ok = ~found & (a < b) & np.all(np.abs(pred - h) <= tol * (1 + np.abs(h)), axis=1)
+                rows = ~found & (a < b)  # rows still open for which this pair is an interval
+                if not rows.any():
+                    continue
+                pred = _log_diff_ndtr(b[rows, None] + t[rows], a[rows, None] + t[rows])
+                ok = np.zeros(n, bool)
+                ok[rows] = np.all(np.abs(pred - h[rows]) <= tol * (1 + np.abs(h[rows])), axis=1)
                 lo, hi, found = np.where(ok, a, lo), np.where(ok, b, hi), found | ok
-    return (lo, hi) if np.all(found) else None
+                if found.all():
+                    return lo, hi
+    return None
 
 
 def _log_diff_ndtr(z1, z0):
