@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.scipy.special import log_ndtr
 
 MAX_HALVINGS = 30
 
@@ -49,30 +48,18 @@ class NewtonState(NamedTuple):
     stalled: jax.Array  # the line search found no ascent
 
 
-def _group_log_lik(g, eta):
-    d = g.per_site()
-    if g.kind == "probit":
-        return log_ndtr(d["s"] * eta)
-    if g.kind == "gaussian":
-        r = eta - d["y"]
-        return d["log_const"] - 0.5 * (r * r / d["noise_var"] + jnp.log(2 * jnp.pi * d["noise_var"]))
-    if g.kind == "quadrature":
-        return jax.vmap(lambda e, c: g.link(e, c, g.data["shared"]))(eta, d["consts"])
-    raise ValueError(f"site kind {g.kind!r} has no derivatives")
-
-
 def log_lik(problem, eta):
     """Per-site log likelihood ``h_i(eta_i)`` of the recognised sites."""
     out, s = [], 0
     for g in problem.groups:
-        out.append(_group_log_lik(g, eta[s:s + g.size]))
+        out.append(g.log_lik(eta[s:s + g.size]))
         s += g.size
     return jnp.concatenate(out)
 
 
 def differentiable(problem) -> bool:
     """Every site has a smooth log likelihood (not the noisy step)."""
-    return all(g.kind != "noisy_step" for g in problem.groups)
+    return all(g.site.smooth for g in problem.groups)
 
 
 def _curvature(problem, eta):

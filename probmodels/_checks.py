@@ -138,3 +138,21 @@ def positive_int(value, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def categories(y, n: int, num_categories: int, name: str = "y") -> np.ndarray:
+    """Ordered categories: ``n`` integers in {0, ..., num_categories - 1}, returned as int32."""
+    if y is None or is_traced(y):
+        return y
+    try:
+        arr = np.asarray(y, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric array of categories, got {type(y).__name__}") from exc
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must be 1-D with one category per row of X ({n}), got shape {arr.shape}")
+    bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0) | (arr > num_categories - 1)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise ValueError(f"{name} must hold integer categories in {{0, ..., {num_categories - 1}}}, got {y[i]!r} "
+                         f"at index {i}")
+    return arr.astype(np.int32)

@@ -116,7 +116,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     Returns a :class:`~inference.posterior.Posterior` with ``engine="ep"``, ``log_evidence`` the
     EP log marginal likelihood (``evidence_method="ep"``), diagnostics ``converged`` (README.md,
     "What `converged` means"),
-    ``iterations``, ``max_site_change``, ``num_skipped_updates``, the Gaussian over the
+    ``iterations``, ``max_site_change``, ``num_skipped_updates`` (site updates skipped: cavity
+    variance not positive, or tilted moments not finite), ``num_negative_site_precisions``
+    (sites ending with a negative precision, e.g. Student-t outliers), the Gaussian over the
     concatenated latents in ``approximation`` (``mean``, ``cov``) with the site parameters, and a
     predictor (GP latents are conditioned at new inputs, see :mod:`inference.ep.predict`).
 
@@ -220,6 +222,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         "iterations": int(iterations),
         "max_site_change": float(change),
         "num_skipped_updates": int(skipped),
+        # sites left with a negative precision (non-log-concave likelihoods, e.g. Student-t): valid
+        # while every cavity is, which the sweeps check (a site whose cavity is not is skipped)
+        "num_negative_site_precisions": int(np.sum(np.asarray(state.tau) < 0)),
         "schedule": schedule,
         "damping": damping,
         "tol": tol,

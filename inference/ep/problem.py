@@ -1,5 +1,5 @@
 """What the EP update consumes: a Gaussian prior in working coordinates, one scalar projection
-per likelihood site, and the sites grouped by likelihood kind.
+per likelihood site, and the sites grouped by site type (:mod:`inference.ep.site_types`).
 
 Two working spaces (chosen by :mod:`inference.ep.recognise`):
 
@@ -9,7 +9,7 @@ Two working spaces (chosen by :mod:`inference.ep.recognise`):
   ``z = A (u - m0)`` with prior ``N(0, prior_cov)``; site ``i`` sees ``z_i`` itself.
 
 Either way the likelihood of site ``i`` is a function of ``eta_i = z_i + offset[i]``.
-Structure (space, kinds, links, sizes) is static pytree data; arrays are leaves, so an EP run
+Structure (space, site types, sizes) is static pytree data; arrays are leaves, so an EP run
 on new data of the same structure reuses the compiled code.
 
 Example:
@@ -26,48 +26,55 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from inference.ep import sites
+from inference.ep import site_types
 
-KINDS = ("probit", "gaussian", "noisy_step", "quadrature")
+KINDS = ("probit", "gaussian", "noisy_step", "quadrature", "ordinal")  # names of the site types
 
 
 class SiteGroup:
-    """Sites sharing one likelihood kind. ``data`` holds per-site arrays (leading axis = site)
-    except ``data["shared"]`` (quadrature: constants shared by all sites).
-
-    Kinds and their data: ``probit`` {s}; ``gaussian`` {y, noise_var, log_const} (likelihood
-    ``exp(log_const) N(y | eta, noise_var)``); ``noisy_step`` {s, eps}; ``quadrature``
-    {consts, shared} with ``link(eta, consts_i, shared)`` the log-likelihood of one site (a
-    :class:`~inference.ep.graph.SiteLink` or any hashable callable; static).
+    """Sites sharing one site type (:mod:`inference.ep.site_types`, static). ``data`` holds
+    per-site arrays (leading axis = site) except ``data["shared"]`` (constants shared by all
+    sites, e.g. a quadrature link's). ``site`` may be given as a type's name (``"probit"``; with
+    ``link`` and ``num_points`` for ``"quadrature"``).
     """
 
-    def __init__(self, kind, data, size=None, link=None, num_points=96):
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    def __init__(self, site, data, size=None, link=None, num_points=96):
+        if isinstance(site, str):
+            site = site_types.from_name(site, link, num_points)
         if size is None:
             size = int(jax.tree_util.tree_leaves(_per_site(data))[0].shape[0])
-        self.kind, self.data, self.size, self.link, self.num_points = kind, data, int(size), link, num_points
+        self.site, self.data, self.size = site, data, int(size)
+
+    @property
+    def kind(self) -> str:
+        """The site type's name (what ``diagnostics["site_kinds"]`` reports)."""
+        return self.site.name
 
     def tree_flatten(self):
-        return (self.data,), (self.kind, self.size, self.link, self.num_points)
+        return (self.data,), (self.site, self.size)
 
     @classmethod
     def tree_unflatten(cls, aux, children):
         obj = cls.__new__(cls)
-        obj.kind, obj.size, obj.link, obj.num_points = aux
+        obj.site, obj.size = aux
         (obj.data,) = children
         return obj
 
     def tilted_one(self, m, v, d):
         """Tilted moments of one site with per-site data ``d`` (scalars)."""
-        if self.kind == "probit":
-            return sites.probit(m, v, d["s"])
-        if self.kind == "gaussian":
-            log_z, mean, var = sites.gaussian(m, v, d["y"], d["noise_var"])
-            return log_z + d["log_const"], mean, var
-        if self.kind == "noisy_step":
-            return sites.noisy_step(m, v, d["s"], d["eps"])
-        return sites.quadrature(lambda e: self.link(e, d["consts"], self.data["shared"]), m, v, self.num_points)
+        return self.site.tilted(m, v, d, self.data.get("shared"))
+
+    def log_lik(self, eta):
+        """Log likelihood of this group's sites at ``eta`` (shape (size,))."""
+        return self.site.log_lik(eta, self.per_site(), self.data.get("shared"))
+
+    def initial(self, offset, dtype):
+        """Starting ``(tau, nu)`` of this group's sites (zero unless the type says otherwise)."""
+        start = self.site.initial(self.per_site(), offset)
+        if start is None:
+            zero = jnp.zeros(self.size, dtype)
+            return zero, zero
+        return start
 
     def per_site(self):
         return _per_site(self.data)

@@ -9,8 +9,10 @@ Rules (no model is recognised by name):
   jaxpr of ``u -> site.fn.log_prob(value)`` (see :mod:`inference.ep.graph`): it must be an
   elementwise function ``h_i(eta_i)`` of one affine projection ``eta_i = a_i^T u + b_i``. The
   projection's ``(A, b)`` are the Jacobian and value at zero, checked at a random point.
-- Each site's ``h_i`` is then classified numerically: ``log Phi(+-eta)`` -> closed-form probit;
-  exactly quadratic with negative curvature -> exact Gaussian; otherwise quadrature.
+- Each site's ``h_i`` is then classified numerically into a site type
+  (:mod:`inference.ep.site_types`): ``log Phi(+-eta)`` -> closed-form probit; exactly quadratic
+  with negative curvature -> exact Gaussian; ``log(Phi(hi - eta) - Phi(lo - eta))`` over two
+  frontier variables -> closed-form ordered probit; otherwise quadrature.
   Sites constant in ``u`` (e.g. ``numpyro.factor`` of a constant) add to the evidence.
 - Working space: ``"weight"`` when there are more sites than latent dimensions (whitened by the
   prior Cholesky factor), else ``"function"`` (prior covariance ``A S0 A^T`` of the sites).
@@ -38,12 +40,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from scipy.special import ndtri
+from scipy.special import log_ndtr, ndtri
 
 from inference.ep.gaussian import LatentMap
 from inference.ep.graph import (Graph, NotElementwise, SiteLink, const_env, evaluate, flatten, graph_key,
                                 link_constants, program, split, tag)
 from inference.ep.problem import EPProblem, SiteGroup
+from inference.ep.site_types import Gaussian, Ordinal, Probit, Quadrature
 from inference.trace_reading import (GAUSSIAN_PRIORS, LatentBlock, abstract_trace, latent_blocks,  # noqa: F401
                                      latent_sites, observed_sites, prior_of, run_with, unflatten, unwrap)
 from inference.trace_reading import check_gaussian_prior
@@ -275,7 +278,7 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
     fit = _probit_fit(h_at(pts), pts, dt == jnp.float64)
     if fit is not None:  # h(eta) = log Phi(alpha eta + beta): re-project onto alpha eta + beta
         alpha, beta = fit
-        return SiteGroup("probit", {"s": jnp.ones(n, dt)}, n), alpha[:, None] * A, alpha * b + beta
+        return SiteGroup(Probit(), {"s": jnp.ones(n, dt)}, n), alpha[:, None] * A, alpha * b + beta
     t = np.array([-1.0, 0.0, 1.0, -2.3, 0.55, 1.7])
     h = h_at(centre[:, None] + spread[:, None] * t)
     q0 = h[:, 1]
@@ -287,8 +290,55 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
         y = centre - spread * q1 / (2 * q2)
         log_const = q0 - q1 ** 2 / (4 * q2) + 0.5 * np.log(2 * np.pi * noise_var)
         data = {"y": y, "noise_var": noise_var, "log_const": log_const}
-        return SiteGroup("gaussian", {k: jnp.asarray(v, dt) for k, v in data.items()}, n), A, b
-    return SiteGroup("quadrature", {"consts": per, "shared": shared}, n, site_link, num_points), A, b
+        return SiteGroup(Gaussian(), {k: jnp.asarray(v, dt) for k, v in data.items()}, n), A, b
+    cuts = _ordinal_fit(h_at, pts, frontier_maps, tol)
+    if cuts is not None:  # h(t) = log(Phi(hi + t) - Phi(lo + t)): the site's eta is -t
+        lo, hi = cuts
+        data = {"lo": jnp.asarray(lo, dt), "hi": jnp.asarray(hi, dt), "s": jnp.ones(n, dt)}
+        return SiteGroup(Ordinal(), data, n), -A, -b
+    return SiteGroup(Quadrature(site_link, num_points), {"consts": per, "shared": shared}, n), A, b
+
+
+def _ordinal_fit(h_at, t, frontier_maps, tol):
+    """Per-row cut points ``(lo, hi)`` with ``h(t) = log(Phi(hi + t) - Phi(lo + t))`` (an ordered
+    probit in ``eta = -t``; ``lo = -inf`` or ``hi = +inf`` for the extreme categories), or None.
+
+    Every frontier variable must be ``+-t + d`` row by row (the standardised cut points of the
+    observed category, e.g. :class:`~inference.distributions.OrderedProbit`'s
+    ``(b_k - eta) / s``); the candidate cut points of a row are ``0`` and those ``+-d``, and each
+    row is checked on the grid ``t`` against every ordered pair of them (and +-inf)."""
+    n = t.shape[0]
+    k = len(frontier_maps) // 2
+    if k < 2:  # one variable: a probit, or not ordinal
+        return None
+    scales = [np.broadcast_to(np.asarray(x, float), (n,)) for x in frontier_maps[:k]]
+    shifts = [np.broadcast_to(np.asarray(x, float), (n,)) for x in frontier_maps[k:]]
+    if not all(np.allclose(np.abs(c), 1.0, rtol=1e-9, atol=1e-9) for c in scales):
+        return None
+    values = [np.full(n, -np.inf), np.zeros(n), np.full(n, np.inf)] + [np.sign(c) * d for c, d in zip(scales, shifts)]
+    h = h_at(t)
+    lo, hi, found = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, bool)
+    with np.errstate(all="ignore"):
+        for a in values:
+            for b in values:
+                rows = ~found & (a < b)  # rows still open for which this pair is an interval
+                if not rows.any():
+                    continue
+                pred = _log_diff_ndtr(b[rows, None] + t[rows], a[rows, None] + t[rows])
+                ok = np.zeros(n, bool)
+                ok[rows] = np.all(np.abs(pred - h[rows]) <= tol * (1 + np.abs(h[rows])), axis=1)
+                lo, hi, found = np.where(ok, a, lo), np.where(ok, b, hi), found | ok
+                if found.all():
+                    return lo, hi
+    return None
+
+
+def _log_diff_ndtr(z1, z0):
+    """NumPy ``log(Phi(z1) - Phi(z0))`` (as :func:`inference.ep.sites.log_diff_ndtr`)."""
+    flip = z0 > 0.0
+    a, b = np.where(flip, -z0, z1), np.where(flip, -z1, z0)
+    la, lb = log_ndtr(a), log_ndtr(b)
+    return la + np.log(-np.expm1(np.minimum(lb - la, 0.0)))
 
 
 def working_space(A, b, m0, S0, groups, blocks):

@@ -37,22 +37,15 @@ TRACE_COUNT = {"run": 0}  # incremented each time `run` is traced (tests count c
 
 
 def initial_sites(problem):
-    """Zero sites, except Gaussian likelihoods, which start at their exact (final) values."""
-    taus, nus = [], []
+    """Each group's starting sites (`SiteGroup.initial`): zero, except exact likelihoods (Gaussian),
+    which start at their final values."""
+    taus, nus, start = [], [], 0
     for g in problem.groups:
-        if g.kind == "gaussian":
-            taus.append(1.0 / g.data["noise_var"])
-            nus.append(g.data["y"] / g.data["noise_var"])
-        else:
-            taus.append(jnp.zeros(g.size, problem.offset.dtype))
-            nus.append(jnp.zeros(g.size, problem.offset.dtype))
-    tau = jnp.concatenate(taus)
-    start, nu = 0, []
-    for g, n in zip(problem.groups, nus):
-        off = problem.offset[start:start + g.size]
-        nu.append(n - (tau[start:start + g.size] * off if g.kind == "gaussian" else 0.0))
+        tau, nu = g.initial(problem.offset[start:start + g.size], problem.offset.dtype)
+        taus.append(tau)
+        nus.append(nu)
         start += g.size
-    return tau, jnp.concatenate(nu)
+    return jnp.concatenate(taus), jnp.concatenate(nus)
 
 
 def init(problem) -> EPState:

@@ -19,7 +19,7 @@ from _api_calls import check_calls
 MODULES = [
     "inference.fit", "inference.laplace", "inference.latent", "inference.linalg", "inference.mcmc", "inference.posterior",
     "inference.vi", "inference.ep.driver", "inference.ep.evidence", "inference.ep.gaussian",
-    "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.sites",
+    "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.site_types", "inference.ep.sites",
     "inference.ep.state", "inference.ep.update", "inference.sbc",
     "probmodels.conjugate", "probmodels.datasets", "probmodels.regression", "probmodels.simulate",
     "inference.distributed_ep", "inference.sharding", "inference.compiled", "inference.exported", "inference.cache", "inference.lda_vb", "probmodels.lda", "probmodels.text",
@@ -46,7 +46,8 @@ FITS = {
     "probmodels.gp", "probmodels.gp.bayes_machine", "probmodels.gp.gp_classifier", "probmodels.gp.gp_regression",
     "probmodels.hmm.hmm", "probmodels.ibp", "probmodels.ibp.ibp_linear_gaussian", "probmodels.lda", "probmodels.lda.lda",
     "probmodels.mixtures", "probmodels.mixtures.dp_mixture", "probmodels.mixtures.gaussian_mixture",
-    "probmodels.regression.logistic_regression", "probmodels.selection", "probmodels.spike_slab.spike_and_slab_probit",
+    "probmodels.regression.logistic_regression", "probmodels.regression.ordinal_regression",
+    "probmodels.regression.robust_regression", "probmodels.selection", "probmodels.spike_slab.spike_and_slab_probit",
     "probmodels.spike_slab.spike_and_slab_regression",
     "inference.distributed_ep.distributed_ep", "inference.ep.bayes_machine", "inference.ep.bm_posterior",
     "inference.ep.sparse_bm", "inference.ess", "inference.moe_em", "inference.moe_em.em", "inference.hyper.ss_fit",
