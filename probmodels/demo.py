@@ -70,6 +70,44 @@ def _linear_case():
                 score, {"vi": {"guide": "mvn"}})
 
 
+def _truth_score(w_true):
+    """Score: the largest error of the posterior mean of ``w`` against the simulation's weights, in
+    posterior sds."""
+
+    def score(post):
+        w = np.asarray(post.samples["w"], float).reshape(-1, len(w_true))
+        err = float(np.max(np.abs(w.mean(0) - w_true) / w.std(0)))
+        return "max |mean - true w| / sd", err, f"{err:.2f} sd"
+
+    return score
+
+
+def _robust_case():
+    """Student-t regression on data with 10% gross outliers (a Gaussian-noise fit is pulled by them)."""
+    import probmodels
+
+    rng = np.random.default_rng(0)
+    w_true = np.array([1.0, -0.5, 2.0])
+    X = rng.normal(size=(200, 3))
+    y = X @ w_true + rng.standard_t(3.0, size=200)
+    y[rng.choice(200, 20, replace=False)] += 15.0
+    return Case("robust_regression", probmodels.robust_regression, (X, y), {}, ("mcmc", "vi", "laplace", "ep"),
+                _truth_score(w_true))
+
+
+def _ordinal_case():
+    """Ordered probit with 4 categories at the model's default cut points."""
+    import probmodels
+    from probmodels.regression import default_cutpoints
+
+    rng = np.random.default_rng(1)
+    w_true = np.array([1.5, -1.0, 0.5])
+    X = rng.normal(size=(300, 3))
+    y = np.digitize(X @ w_true + rng.normal(size=300), np.asarray(default_cutpoints(4)))
+    return Case("ordinal_regression", probmodels.ordinal_regression, (X, y), {"num_categories": 4},
+                ("mcmc", "vi", "laplace", "ep"), _truth_score(w_true))
+
+
 def cases() -> list[Case]:
     """Every library model the project has, on its demo data."""
     import probmodels
@@ -80,6 +118,8 @@ def cases() -> list[Case]:
                              ("mcmc", "vi", "laplace", "ep")),
         _classification_case("probit_regression", probmodels.probit_regression, "pima", 100,
                              ("mcmc", "vi", "laplace", "ep")),
+        _robust_case(),
+        _ordinal_case(),
     ]
     for extra in _family_cases():
         out.extend(extra())

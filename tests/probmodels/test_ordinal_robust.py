@@ -96,3 +96,40 @@ def test_ordinal_arguments_are_checked_before_tracing():
         probmodels.ordinal_regression(X)
     with pytest.raises(ValueError, match="num_categories=3 but cutpoints has 3 entries"):
         probmodels.ordinal_regression(X, y, num_categories=3, cutpoints=[-1.0, 0.0, 1.0])
+
+
+def _gross_outliers():
+    """The demo's robust case: t3 noise and 10% of the targets shifted by +15."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    y = X @ np.array([1.0, -0.5, 2.0]) + rng.standard_t(3.0, size=200)
+    y[rng.choice(200, 20, replace=False)] += 15.0
+    return X, y
+
+
+def test_float32_ep_with_gross_outliers_gives_the_float64_answer():
+    """52 of 200 sites end with negative precisions; float32 EP's answer is float64's (measured:
+    equal to 5 digits) although its site changes stay at float32 round-off (next test)."""
+    X, y = _gross_outliers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with jax.enable_x64(True):
+            ref = inference.ep(probmodels.robust_regression, X, y, progress=False)
+        with jax.enable_x64(False):
+            post = inference.ep(probmodels.robust_regression, X, y, progress=False)
+    assert ref.diagnostics["converged"] and ref.diagnostics["iterations"] < 20
+    sd = np.sqrt(np.diag(ref.approximation["cov"]))
+    assert np.max(np.abs(post.approximation["mean"] - ref.approximation["mean"]) / sd) < 1e-3
+    assert post.diagnostics["num_negative_site_precisions"] > 0 and post.diagnostics["max_site_change"] < 1e-4
+
+
+@pytest.mark.xfail(strict=True, reason="known: float32 round-off keeps the largest site change at 1e-5 to 3e-5 "
+                   "(50 to 800 sweeps), above the float32 tol floor 3.6e-6, so EP reports converged=False "
+                   "with the float64 answer; the convergence rule does not yet know float32's floor for "
+                   "sites with negative precisions (issue 22: one convergence rule)")
+def test_float32_ep_with_gross_outliers_reports_converged():
+    X, y = _gross_outliers()
+    with warnings.catch_warnings(), jax.enable_x64(False):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        post = inference.ep(probmodels.robust_regression, X, y, progress=False)
+    assert post.diagnostics["converged"]
