@@ -18,14 +18,19 @@ def is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def _float_array(value, name: str, what: str = "a numeric array") -> np.ndarray:
+    """``value`` as a float NumPy array, or a TypeError naming the argument."""
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}") from exc
+
+
 def matrix(X, name: str = "X", *, allow_1d: bool = False) -> np.ndarray:
     """A finite, non-empty float matrix (n, d); a 1-D array becomes (n, 1) if ``allow_1d``."""
     if is_traced(X):
         return X[:, None] if (X.ndim == 1 and allow_1d) else X
-    try:
-        arr = np.asarray(X, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric array, got {type(X).__name__}") from exc
+    arr = _float_array(X, name)
     if arr.ndim == 1 and allow_1d:
         arr = arr[:, None]
     if arr.ndim != 2:
@@ -42,10 +47,7 @@ def vector(y, n: int, name: str = "y") -> np.ndarray:
     """A finite float vector of length n."""
     if y is None or is_traced(y):
         return y
-    try:
-        arr = np.asarray(y, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric array, got {type(y).__name__}") from exc
+    arr = _float_array(y, name)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.shape[0] != n:
@@ -144,10 +146,7 @@ def categories(y, n: int, num_categories: int, name: str = "y") -> np.ndarray:
     """Ordered categories: ``n`` integers in {0, ..., num_categories - 1}, returned as int32."""
     if y is None or is_traced(y):
         return y
-    try:
-        arr = np.asarray(y, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be a numeric array of categories, got {type(y).__name__}") from exc
+    arr = _float_array(y, name, "a numeric array of categories")
     if arr.ndim != 1 or arr.shape[0] != n:
         raise ValueError(f"{name} must be 1-D with one category per row of X ({n}), got shape {arr.shape}")
     bad = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0) | (arr > num_categories - 1)
