@@ -205,18 +205,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     if log_z is None:
         warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
                       RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
-    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
-    if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
-        raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")
-    key = jax.random.PRNGKey(seed)
-    L, jitter = robust_cholesky(cov_u, "EP posterior covariance")
-    eps = np.asarray(jax.random.normal(key, (num_samples, mean_u.size), dtype=jnp.result_type(float)))
-    u_draws = mean_u + eps @ L.T
-    log_q = (-0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L)))
-             - 0.5 * mean_u.size * np.log(2 * np.pi))
-    flat = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((num_samples,) + b.shape) for b in rec.blocks}
-    lp = log_joint(model, flat, args, kwargs)
-    samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1, trace=trace)
+    draws = posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed)
+    mean_u, cov_u, u_draws, samples, log_lik, observed = (draws.mean, draws.cov, draws.u, draws.samples,
+                                                          draws.log_lik, draws.observed)
     diagnostics = {
         "converged": convergence.ep(change, tol, log_z),  # README.md: what `converged` means
         "iterations": int(iterations),
@@ -230,7 +221,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         "tol": tol,
         "space": rec.problem.space,
         "site_kinds": dict(rec.site_kinds),
-        "sampling_jitter": jitter,
+        "sampling_jitter": draws.jitter,
         **_kernel_jitter(trace),
     }
     approximation = {
@@ -241,10 +232,43 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     predictor = make_predictor(model, args, kwargs, rec, u_draws, list(observed_sites(trace)))
     return Posterior(
         engine="ep", samples=samples, log_likelihood=log_lik, observed_data=observed,
-        sample_stats={"lp": lp[None], "log_q": log_q[None]}, log_evidence=log_z,
+        sample_stats={"lp": draws.lp[None], "log_q": draws.log_q[None]}, log_evidence=log_z,
         evidence_method="ep" if log_z is not None else None, diagnostics=diagnostics,
         approximation=approximation, predictor=predictor, model=model, model_args=tuple(args),
         model_kwargs=dict(kwargs), seed=seed)
+
+
+class Draws(NamedTuple):
+    """What `posterior_draws` returns."""
+
+    mean: np.ndarray  # the latent vector's EP Gaussian
+    cov: np.ndarray
+    jitter: float  # relative jitter its Cholesky factor needed
+    u: np.ndarray  # (num_samples, D) draws of the latent vector
+    log_q: np.ndarray  # their log density under the Gaussian
+    lp: np.ndarray  # their log joint under the model
+    samples: dict  # every site's draws, one chain (`inference._model.finish_samples`)
+    log_lik: dict
+    observed: dict
+
+
+def posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -> Draws:
+    """``num_samples`` draws from the EP Gaussian of the converged ``state`` and what is computed per
+    draw (log density, log joint, the model's other sites, the pointwise log likelihood): the part
+    of a fit that grows with ``num_samples``."""
+    mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
+    if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
+        raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")
+    key = jax.random.PRNGKey(seed)
+    L, jitter = robust_cholesky(cov_u, "EP posterior covariance")
+    eps = np.asarray(jax.random.normal(key, (num_samples, mean_u.size), dtype=jnp.result_type(float)))
+    u_draws = mean_u + eps @ L.T
+    log_q = (-0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L)))
+             - 0.5 * mean_u.size * np.log(2 * np.pi))
+    flat = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((num_samples,) + b.shape) for b in rec.blocks}
+    lp = log_joint(model, flat, args, kwargs)
+    samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1, trace=trace)
+    return Draws(mean_u, cov_u, jitter, u_draws, log_q, lp, samples, log_lik, observed)
 
 
 class GaussianFit(NamedTuple):

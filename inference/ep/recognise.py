@@ -203,8 +203,8 @@ def _projection(name, g, env, frontier, n, D, u_test):
         maps.append((np.broadcast_to(Af, (n, D)) if Af.shape[0] == 1 else Af,
                      np.broadcast_to(bf, (n,)) if bf.shape[0] == 1 else bf))
     A, b = (np.array(x, float) for x in maps[0])
-    scales, shifts = [], []
-    for A2, b2 in maps:  # each frontier variable must be scale * eta + shift, row by row
+    scales, shifts = [np.ones(n)], [np.zeros(n)]  # eta is the first frontier variable
+    for A2, b2 in maps[1:]:  # each other one must be scale * eta + shift, row by row
         norm2 = np.sum(A * A, axis=1)
         c = np.where(norm2 > 0, np.sum(A2 * A, axis=1) / np.where(norm2 > 0, norm2, 1.0), 1.0)
         tol_a = 1e-9 * (np.abs(A2).max() + np.abs(A).max() + 1e-300)
@@ -269,7 +269,9 @@ def _classify(name, link, env, A, b, m0, S0, num_points, frontier_maps):
         return np.asarray(_h_jit(site_link, jnp.asarray(eta, dt), per, shared), float)
 
     centre = b + A @ m0
-    spread = np.clip(np.sqrt(np.maximum(np.sum((A @ S0) * A, axis=1), 0.0)), 1e-2, 1e2)
+    diag = _diagonal(A)
+    prior_var = np.sum((A @ S0) * A, axis=1) if diag is None else diag ** 2 * np.diagonal(S0)
+    spread = np.clip(np.sqrt(np.maximum(prior_var, 0.0)), 1e-2, 1e2)
     # points around each site's prior mean, plus a fixed grid around 0: a tight prior far from 0
     # (distributed EP's cavities: |eta| > 5 over the whole local grid) leaves no point where the
     # probit inversion is accurate, and a probit site would fall back to quadrature
@@ -341,6 +343,15 @@ def _log_diff_ndtr(z1, z0):
     return la + np.log(-np.expm1(np.minimum(lb - la, 0.0)))
 
 
+def _diagonal(A):
+    """The diagonal of ``A`` when ``A`` is square with no nonzero entry off it (each site sees one
+    latent coordinate times a number, as a GP classifier's ``f_i``), else None."""
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        return None
+    d = np.diagonal(A)
+    return d.copy() if np.count_nonzero(A) == np.count_nonzero(d) else None
+
+
 def working_space(A, b, m0, S0, groups, blocks):
     """The EP problem and latent map of projections ``A``, ``b`` under the prior ``N(m0, S0)``:
     weight space when there are more sites than latent coordinates, else function space."""
@@ -355,8 +366,9 @@ def working_space(A, b, m0, S0, groups, blocks):
             raise ValueError(f"the prior covariance of the latent sites {names} is not positive definite") from None
         problem = EPProblem("weight", jnp.asarray(A @ L0, dt), None, jnp.asarray(offset, dt), groups)
         return problem, LatentMap(jnp.asarray(m0, dt), jnp.asarray(L0, dt), None, None)
-    AS0 = A @ S0
-    K = AS0 @ A.T
+    diag = _diagonal(A)  # a GP's sites, one per coordinate: elementwise, not two n^3 products
+    AS0 = A @ S0 if diag is None else diag[:, None] * S0
+    K = AS0 @ A.T if diag is None else AS0 * diag[None, :]
     K = 0.5 * (K + K.T)
     problem = EPProblem("function", None, jnp.asarray(K, dt), jnp.asarray(offset, dt), groups)
     return problem, LatentMap(jnp.asarray(m0, dt), None, jnp.asarray(S0, dt), jnp.asarray(AS0, dt))
