@@ -509,10 +509,3 @@ def _predict(chol_K, chol_B, beta, eps_mean, K_cross, k_diag, prior_mean):
     p_plus = eps_mean + (1.0 - 2.0 * eps_mean) * ndtr(f_mean / jnp.sqrt(f_var))
     return f_mean, f_var, p_plus
 
-
-def ep_posterior(model, args, kwargs, trace, **options):
-    """The engine hook ``inference.ep`` calls for a model with a NoisyStep likelihood; see
-    `inference.ep.bm_posterior.ep_posterior` (kept apart: model recognition and Posterior glue)."""
-    from inference.ep.bm_posterior import ep_posterior as _ep_posterior
-
-    return _ep_posterior(model, args, kwargs, trace, **options)

@@ -43,6 +43,7 @@ from inference.bayes_machine_model import BMParts, bayes_machine_parts  # noqa: 
 from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
+from inference.ep.sparse_bm import fit_sparse
 from inference.posterior import Posterior
 from inference.trace_reading import LatentBlock
 
@@ -157,8 +158,6 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
 
 
 def _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes):
-    from inference.ep.sparse_bm import fit_sparse
-
     return fit_sparse(parts.K, parts.t, noise_prior, active_set_size=active_set_size,
                       num_passes=num_passes, **opts)
 

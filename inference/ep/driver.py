@@ -406,12 +406,12 @@ def _dispatch(trace):
     """The dedicated EP for Bayes-machine (``NoisyStep``) or spike-and-slab models, else None."""
     if _special.has_noisy_step(trace):
         try:
-            from inference.ep.bayes_machine import ep_posterior
+            from inference.ep.bm_posterior import ep_posterior
         except ModuleNotFoundError as exc:
-            if exc.name != "inference.ep.bayes_machine":
+            if exc.name != "inference.ep.bm_posterior":
                 raise
             raise NotImplementedError(
-                "the model has a NoisyStep (Bayes machine) likelihood, whose EP (inference.ep.bayes_machine) "
+                "the model has a NoisyStep (Bayes machine) likelihood, whose EP (inference.ep.bm_posterior) "
                 "is not available in this installation") from exc
         return ep_posterior
     if _special.has_spike_and_slab(trace):

@@ -409,12 +409,12 @@ def test_dedicated_engines_are_dispatched(monkeypatch):
 
     X = np.random.default_rng(0).normal(size=(6, 2))
     y = (X[:, 0] > 0).astype(int)
-    monkeypatch.setitem(sys.modules, "inference.ep.bayes_machine", types.SimpleNamespace(ep_posterior=fake))
+    monkeypatch.setitem(sys.modules, "inference.ep.bm_posterior", types.SimpleNamespace(ep_posterior=fake))
     assert ep(bm, X, y, damping=0.7, **QUIET) is dispatched
     assert calls[-1][1] == (X, y) and calls[-1][3] == ["eps", "f", "y"]
     assert calls[-1][4] == dict(schedule="parallel", damping=0.7, tol=1e-6, max_iter=200, num_samples=1000,
                                 seed=0, progress=False)
-    monkeypatch.setitem(sys.modules, "inference.ep.bayes_machine", None)  # module missing
+    monkeypatch.setitem(sys.modules, "inference.ep.bm_posterior", None)  # module missing
     with pytest.raises(NotImplementedError, match="NoisyStep"):
         ep(bm, X, y, **QUIET)
 
