@@ -24,13 +24,26 @@ Example:
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+
+from inference import linalg
 
 from inference.distributions import NoisyStep
 from inference.trace_reading import gaussian_prior, unwrap
 
 JITTER_LADDER = (0.0, 1e-10, 1e-8, 1e-6, 1e-4)  # jitters tried on the GP prior K (relative to its mean diagonal)
+
+
+def prior_cholesky(K, name: str = "K"):
+    """``(L, jitter)``: the Cholesky factor (JAX's float dtype) of ``K + jitter I`` with the smallest
+    jitter on `JITTER_LADDER` that works (`inference.linalg.cholesky_jitter`), as every Bayes-machine
+    engine factorises its prior; a ValueError naming ``name``."""
+    L, jitter = linalg.cholesky_jitter(np.asarray(K, dtype=float), name, ladder=JITTER_LADDER,
+                                       dtype=jnp.result_type(float))
+    return jnp.asarray(L), jitter
+
 
 class BMParts:
     """The pieces of a Bayes-machine-like model read from one concrete trace."""

@@ -57,6 +57,7 @@ from jax.scipy.special import digamma, gammaln, logsumexp
 
 from inference import _model, _options, compiled, convergence
 from inference.posterior import Posterior
+from inference.trace_reading import unwrap
 
 METHODS = ("batch", "online")
 
@@ -617,7 +618,7 @@ def lda_problem(trace, concentration=None):
         raise ValueError(f"this method needs {need}; got latent sites {latent} and observed sites {list(observed)}")
     conc = {}
     for name in ("theta", "topics"):
-        fn = _base(trace[name]["fn"])
+        fn = unwrap(trace[name]["fn"])
         if type(fn).__name__ != "Dirichlet" or np.ndim(trace[name]["value"]) != 2:
             raise ValueError(f"site {name!r} must be a matrix of Dirichlet rows for this method ({need})")
         value = fn.concentration if concentration is None else concentration[name]
@@ -641,17 +642,12 @@ def _lda_trace(model, args, kwargs, seed):
     latents' transforms), ~1.5 s of a first fit."""
     trace = _model.structure_trace(model, args, kwargs, seed)
     names = tuple(n for n in ("theta", "topics") if n in trace and trace[n]["type"] == "sample"
-                  and hasattr(_base(trace[n]["fn"]), "concentration"))
+                  and hasattr(unwrap(trace[n]["fn"]), "concentration"))
 
     conc = _model.read_compiled("lda-concentrations", model, args, kwargs, seed, names,
-                                lambda tr: {n: _base(tr[n]["fn"]).concentration for n in names})
+                                lambda tr: {n: unwrap(tr[n]["fn"]).concentration for n in names})
     return trace, jax.tree.map(np.asarray, conc)
 
-
-def _base(fn):
-    while hasattr(fn, "base_dist"):
-        fn = fn.base_dist
-    return fn
 
 
 def _vb_posterior(method, model, args, kwargs, trace, *, steps, num_samples, seed, progress, tol, **options):

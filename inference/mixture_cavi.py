@@ -47,6 +47,7 @@ from numpyro.infer.util import log_density
 
 from inference import _model, compiled, convergence, random_draws
 from inference.posterior import Posterior
+from inference.trace_reading import unwrap
 
 LOG_2PI = math.log(2.0 * math.pi)
 MAX_EXACT_PERMUTATIONS = 6  # ordered models: log q sums over K! relabellings up to this K
@@ -566,7 +567,7 @@ def _densities_program(model, structure, ordered, rebuild):
                 lq = log_q(values, state, structure)
             lp, tr = log_density(model, args, kwargs, values)
             extra = {n: site["value"] for n, site in tr.items() if site["type"] == "deterministic"}
-            comp = _base(tr["X"]["fn"]).component_log_probs(X)  # (n, K): log w_k + log N(x_n | component k)
+            comp = unwrap(tr["X"]["fn"]).component_log_probs(X)  # (n, K): log w_k + log N(x_n | component k)
             extra["z"] = jax.random.categorical(rng_key, comp, axis=-1)
             return {**values, **extra}, lq, lp, logsumexp(comp, axis=-1)
 
@@ -574,11 +575,6 @@ def _densities_program(model, structure, ordered, rebuild):
 
     return jax.jit(run)
 
-
-def _base(fn):
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return fn
 
 
 def state_from_posterior(post: Posterior) -> tuple[CaviState, Structure]:

@@ -55,8 +55,8 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
-from inference import _options, linalg
-from inference.bayes_machine_model import JITTER_LADDER
+from inference import _options
+from inference.bayes_machine_model import prior_cholesky
 
 SCHEDULES = ("parallel", "sequential")
 NEGATIVE_SITES = ("clip", "allow")
@@ -401,14 +401,6 @@ def labels_pm1(y, n: int, name: str = "y") -> np.ndarray:
     raise ValueError(f"{name} must hold binary labels {{0, 1}}, {{-1, +1}} or bool, got values {sorted(values)[:5]}")
 
 
-def cholesky_jitter(K, name: str = "K") -> tuple[jax.Array, float]:
-    """Cholesky factor (JAX's float dtype) of ``K + jitter I`` with the smallest jitter on
-    `JITTER_LADDER` that works (`inference.linalg.cholesky_jitter`); a ValueError naming ``name``."""
-    L, jitter = linalg.cholesky_jitter(np.asarray(K, dtype=float), name, ladder=JITTER_LADDER,
-                                       dtype=jnp.result_type(float))
-    return jnp.asarray(L), jitter
-
-
 def check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fixed_eps):
     try:
         a0, b0 = (float(v) for v in noise_prior)
@@ -448,7 +440,7 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     a0, b0 = check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fixed_eps)
     if negative_sites not in NEGATIVE_SITES:
         raise ValueError(f"negative_sites must be one of {NEGATIVE_SITES}, got {negative_sites!r}")
-    L, jitter = cholesky_jitter(K, "K")
+    L, jitter = prior_cholesky(K, "K")
     tol = _options.working_tol(tol, L.dtype)  # float32: round-off alone moves the sites by ~1e-6
     n = L.shape[0]
     t = jnp.asarray(labels_pm1(y, n, "y"), dtype=L.dtype)

@@ -40,6 +40,8 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import _unconstrain_reparam
 
+from inference.trace_reading import unwrap
+
 OPTIONS = (None, "map", "integrate")
 
 
@@ -58,15 +60,10 @@ def check_option(hyper) -> None:
         raise ValueError(f"hyper must be None, 'map' or 'integrate', got {hyper!r}")
 
 
-def _unwrap(fn):
-    while isinstance(fn, (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)):
-        fn = fn.base_dist
-    return fn
-
 
 def is_gaussian(fn) -> bool:
     """A Normal prior (possibly expanded / independent) or an unbatched multivariate normal."""
-    base = _unwrap(fn)
+    base = unwrap(fn)
     if isinstance(base, dist.Normal):
         return True
     return isinstance(base, dist.MultivariateNormal) and base is fn and fn.batch_shape == ()
@@ -85,9 +82,9 @@ def find(model, args, kwargs, trace) -> HyperSites:
         while isinstance(support, constraints.independent):
             support = support.base_constraint
         if support.is_discrete:
-            raise ValueError(f"hyperparameter site {name!r} is discrete ({type(_unwrap(fn)).__name__}): hyper= "
+            raise ValueError(f"hyperparameter site {name!r} is discrete ({type(unwrap(fn)).__name__}): hyper= "
                              "needs continuous hyperparameters; use inference.mcmc")
-        if isinstance(_unwrap(fn), dist.ImproperUniform):
+        if isinstance(unwrap(fn), dist.ImproperUniform):
             raise ValueError(f"hyperparameter site {name!r} has an improper prior (ImproperUniform): its posterior "
                              "may be improper and hyper= needs a proper prior; give it one (e.g. dist.LogNormal)")
     if len(unobserved) == 1 and is_gaussian(trace[unobserved[0]]["fn"]):
