@@ -13,7 +13,7 @@ from jax.scipy.stats import norm
 from inference._model import trace_model
 from inference.ep.driver import ep
 from inference.ep.graph import flatten, split, tag
-from inference.ep.recognise import recognise
+from inference.ep.recognise import _diagonal, recognise, working_space
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(12, 3))
@@ -157,6 +157,24 @@ def test_gp_latent_is_function_space_with_identity_projection():
     sign = np.where(Y01 > 0, 1.0, -1.0)  # the label is folded into the probit projection
     np.testing.assert_allclose(rec.A, np.diag(sign), atol=1e-12)
     np.testing.assert_allclose(np.asarray(rec.problem.prior_cov), rec.S0 * np.outer(sign, sign), atol=1e-12)
+
+
+
+def test_a_diagonal_projection_gives_the_dense_products_elementwise():
+    """working_space with a diagonal A (a GP's sites, one per coordinate) forms A S0 A' and A S0
+    elementwise; they equal the dense products, and any off-diagonal entry keeps the dense path."""
+    r = np.random.default_rng(3)
+    B = r.normal(size=(6, 6))
+    S0, m0, b = B @ B.T + np.eye(6), r.normal(size=6), r.normal(size=6)
+    d = np.array([1.0, -1.0, 2.5, -0.5, 1.0, 3.0])
+    for A in (np.diag(d), np.diag(d) + 1e-3 * np.eye(6, k=1)):
+        problem, latent_map = working_space(A, b, m0, S0, (), [])
+        assert problem.space == "function"
+        np.testing.assert_allclose(np.asarray(problem.prior_cov), A @ S0 @ A.T, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(latent_map.AS0), A @ S0, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(problem.offset), b + A @ m0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(_diagonal(np.diag(d)), d)
+    assert _diagonal(np.diag(d) + 1e-3 * np.eye(6, k=1)) is None and _diagonal(np.ones((2, 3))) is None
 
 
 def test_masked_and_constant_sites():
