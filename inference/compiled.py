@@ -712,12 +712,17 @@ def _log_joint(trace):
     return jnp.asarray(total)
 
 
-def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable):
+def memo(tag: str, model, args: tuple, kwargs: dict, compute: Callable, contents: bool = False):
     """``compute()`` once per model fingerprint and structure, for facts that depend only on
-    them (site names)."""
+    them (site names); with ``contents``, once per fingerprint, structure and data contents, for
+    what is read off the data too (EP's recognition of a model: its projections and priors).
+    Data over `MAX_HASHED_BYTES` are not kept: ``compute()`` runs on every call."""
     sp = split(args, kwargs)
     fp = fingerprint(model, args, kwargs) if sp.key is not None else None
     key = None if fp is None else (tag, model, fp.local, sp.key)
+    if key is not None and contents:
+        host = [np.asarray(a) for a in sp.arrays]
+        key = key + (_digest(enumerate(host)),) if sum(a.nbytes for a in host) <= MAX_HASHED_BYTES else None
     try:
         if key is not None and key in _CACHE:
             _CACHE.move_to_end(key)

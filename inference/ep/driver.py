@@ -190,7 +190,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         post.diagnostics.update(_kernel_jitter(trace))
         return post
     _refuse_hyperparameters(trace)
-    rec = recognise(model, args, kwargs, trace, seed=seed)
+    rec = _recognition_kept(model, args, kwargs, trace, seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
                                                                        max_iter, progress)
@@ -315,6 +315,19 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     return GaussianFit(mean_u, cov_u, log_z, convergence.ep(float(change), tol, log_z), recognised,
                        (state.tau, state.nu), int(iterations))
+
+
+MAX_KEPT_LATENT = 2000  # recognitions kept in memory only up to this latent size (its D x D prior, x3)
+
+
+def _recognition_kept(model, args, kwargs, trace, seed):
+    """`recognise`, kept per model computation and data contents (`inference.compiled.memo`): a
+    fit with other options, seed or number of draws on the same model and data reads it once
+    (~50 ms of a warm n = 500 GP classifier call). Not kept above `MAX_KEPT_LATENT` latent
+    dimensions (its D x D matrices would fill memory). The seed only picks the check points."""
+    size = sum(int(np.prod(np.shape(trace[name]["value"]))) for name in latent_sites(trace))
+    read = lambda: recognise(model, args, kwargs, trace, seed=seed)  # noqa: E731
+    return compiled.memo("ep-recognition", model, args, kwargs, read, contents=True) if size <= MAX_KEPT_LATENT else read()
 
 
 def recognition(model, args, kwargs, seed=0):

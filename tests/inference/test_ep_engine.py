@@ -507,3 +507,42 @@ def test_generic_ep_and_laplace_read_the_model_without_running_it_eagerly(engine
         assert post.diagnostics["mode_finder"] == "latent-newton"
     assert post.samples["f"].dtype == ("float64" if x64 else "float32")
     assert np.mean(np.sign(post.mean("f")) == 2 * y - 1) > 0.75  # the labels reached the fit (chance: 0.5)
+
+
+def test_the_kept_recognition_follows_the_data_contents_and_the_model(monkeypatch):
+    """EP keeps its recognition of a model (projections, priors, site types) per model computation
+    and data contents: a refit with another seed reads nothing again, and data changed in place, or
+    a value the model reads changed, give the new answer (that of a fresh process)."""
+    from inference import compiled
+    from inference.ep import driver
+
+    calls = []
+    real = driver.recognise
+    monkeypatch.setattr(driver, "recognise", lambda *a, **k: calls.append(1) or real(*a, **k))
+    r = np.random.default_rng(5)
+    X = r.normal(size=(40, 2))
+    y = (X @ np.array([1.5, -1.0]) + 0.3 * r.normal(size=40) > 0).astype(float)
+
+    class Prior:
+        scale = 1.0
+
+    def probit(X, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, Prior.scale).expand([2]).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(probs=norm.cdf(X @ w)), obs=y)
+
+    def fresh():
+        compiled.clear()
+        return ep(probit, X, y, num_samples=10, **QUIET).approximation["mean"]
+
+    compiled.clear()
+    first = ep(probit, X, y, num_samples=10, **QUIET).approximation["mean"]
+    ep(probit, X, y, num_samples=20, seed=3, **QUIET)
+    assert len(calls) == 1  # another seed and number of draws: the recognition is reused
+    X *= 2.0  # in place: same array object, new contents
+    changed = ep(probit, X, y, num_samples=10, **QUIET).approximation["mean"]
+    assert len(calls) == 2 and not np.allclose(changed, first, atol=1e-3)
+    np.testing.assert_allclose(changed, fresh(), rtol=1e-10, atol=1e-12)
+    Prior.scale = 0.2  # read by the model at trace time: its fingerprint changes
+    shrunk = ep(probit, X, y, num_samples=10, **QUIET).approximation["mean"]
+    np.testing.assert_allclose(shrunk, fresh(), rtol=1e-10, atol=1e-12)
+    assert np.linalg.norm(shrunk) < 0.8 * np.linalg.norm(changed)
