@@ -18,7 +18,9 @@ traced: the same program once what does not depend on the latents is compared by
 rounding (`same_program`, no compilation for the library's models), or else the same number at a draw (a
 compiled check); otherwise they stay constants and the step is compiled per call, as a plain
 NumPyro engine does. The verdict depends on the data's values, so it is kept per fingerprint,
-structure and digest of the data's contents. Nothing here is written to disk (`inference.exported`
+structure and digest of the data's contents; so is EP's recognition of a model (`memo` with
+``contents``: what it reads off the data, its projections and priors). Nothing here is written to
+disk (`inference.exported`
 keeps programs across processes when the persistent cache is switched on).
 
 Example:
