@@ -29,17 +29,22 @@ import numpy as np
 import numpyro.distributions as dist
 
 from inference import linalg
-
 from inference.distributions import NoisyStep
 from inference.trace_reading import gaussian_prior, unwrap
 
 JITTER_LADDER = (0.0, 1e-10, 1e-8, 1e-6, 1e-4)  # jitters tried on the GP prior K (relative to its mean diagonal)
 
 
-def prior_cholesky(K, name: str = "K"):
+def jittered_cholesky(K, name: str = "K"):
     """``(L, jitter)``: the Cholesky factor (JAX's float dtype) of ``K + jitter I`` with the smallest
     jitter on `JITTER_LADDER` that works (`inference.linalg.cholesky_jitter`), as every Bayes-machine
-    engine factorises its prior; a ValueError naming ``name``."""
+    engine factorises its prior (and its EP posterior covariance); a ValueError naming ``name``.
+
+    Example:
+        >>> L, jitter = jittered_cholesky(np.array([[4.0, 2.0], [2.0, 2.0]]))
+        >>> L.tolist(), jitter
+        ([[2.0, 0.0], [1.0, 1.0]], 0.0)
+    """
     L, jitter = linalg.cholesky_jitter(np.asarray(K, dtype=float), name, ladder=JITTER_LADDER,
                                        dtype=jnp.result_type(float))
     return jnp.asarray(L), jitter

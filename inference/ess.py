@@ -32,7 +32,7 @@ import numpy as np
 from inference import _model, linalg, random_draws
 from inference import progress as progress_bar
 from inference import convergence as _convergence
-from inference.bayes_machine_model import bayes_machine_parts, prior_cholesky
+from inference.bayes_machine_model import bayes_machine_parts, jittered_cholesky
 from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.posterior import Posterior
 from inference.trace_reading import LatentBlock
@@ -149,7 +149,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     ``thinning`` steps apart (default `default_thinning`). ``converged`` as for every MCMC run
     (`inference.convergence.mcmc`)."""
     parts = bayes_machine_parts(trace)
-    chol_K, _ = prior_cholesky(parts.K, "prior covariance")
+    chol_K, _ = jittered_cholesky(parts.K, "prior covariance")
     dtype = chol_K.dtype
     t = jnp.asarray(parts.t, dtype)
     m0 = jnp.asarray(parts.prior_mean, dtype)

@@ -56,7 +56,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
 from inference import _options
-from inference.bayes_machine_model import prior_cholesky
+from inference.bayes_machine_model import jittered_cholesky
 
 SCHEDULES = ("parallel", "sequential")
 NEGATIVE_SITES = ("clip", "allow")
@@ -440,7 +440,7 @@ def fit(K, y, noise_prior=(1.0, 10.0), *, schedule="parallel", damping=0.5, tol=
     a0, b0 = check_options(noise_prior, schedule, damping, tol, max_iter, learn_noise, fixed_eps)
     if negative_sites not in NEGATIVE_SITES:
         raise ValueError(f"negative_sites must be one of {NEGATIVE_SITES}, got {negative_sites!r}")
-    L, jitter = prior_cholesky(K, "K")
+    L, jitter = jittered_cholesky(K, "K")
     tol = _options.working_tol(tol, L.dtype)  # float32: round-off alone moves the sites by ~1e-6
     n = L.shape[0]
     t = jnp.asarray(labels_pm1(y, n, "y"), dtype=L.dtype)

@@ -39,7 +39,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from inference import _model, _options, convergence
-from inference.bayes_machine_model import BMParts, bayes_machine_parts, prior_cholesky  # noqa: F401
+from inference.bayes_machine_model import BMParts, bayes_machine_parts, jittered_cholesky  # noqa: F401
 from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
 from inference.ep import bayes_machine as bm
@@ -87,7 +87,7 @@ def _posterior_factor(parts, res, sparse):
     W = solve_triangular(sub.chol_K, jnp.asarray(parts.K[A]), lower=True)
     U = solve_triangular(sub.chol_B, W, lower=True)
     cov = jnp.asarray(parts.K) - W.T @ W + U.T @ U
-    L, _ = prior_cholesky(np.asarray(0.5 * (cov + cov.T)), "posterior covariance")
+    L, _ = jittered_cholesky(np.asarray(0.5 * (cov + cov.T)), "posterior covariance")
     return sparse.f_mean, L, jnp.sum(jnp.log(jnp.diag(L)))
 
 

@@ -205,7 +205,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     if log_z is None:
         warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
                       RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
-    draws = posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed)
+    draws = _posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed)
     mean_u, cov_u, u_draws, samples, log_lik, observed = (draws.mean, draws.cov, draws.u, draws.samples,
                                                           draws.log_lik, draws.observed)
     diagnostics = {
@@ -238,8 +238,8 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         model_kwargs=dict(kwargs), seed=seed)
 
 
-class Draws(NamedTuple):
-    """What `posterior_draws` returns."""
+class _Draws(NamedTuple):
+    """What `_posterior_draws` returns."""
 
     mean: np.ndarray  # the latent vector's EP Gaussian
     cov: np.ndarray
@@ -252,7 +252,7 @@ class Draws(NamedTuple):
     observed: dict
 
 
-def posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -> Draws:
+def _posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -> _Draws:
     """``num_samples`` draws from the EP Gaussian of the converged ``state`` and what is computed per
     draw (log density, log joint, the model's other sites, the pointwise log likelihood): the part
     of a fit that grows with ``num_samples``."""
@@ -268,7 +268,7 @@ def posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -
     flat = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((num_samples,) + b.shape) for b in rec.blocks}
     lp = log_joint(model, flat, args, kwargs)
     samples, log_lik, observed = finish_samples(model, flat, args, kwargs, jax.random.fold_in(key, 3), 1, trace=trace)
-    return Draws(mean_u, cov_u, jitter, u_draws, log_q, lp, samples, log_lik, observed)
+    return _Draws(mean_u, cov_u, jitter, u_draws, log_q, lp, samples, log_lik, observed)
 
 
 class GaussianFit(NamedTuple):

@@ -60,7 +60,6 @@ def check_option(hyper) -> None:
         raise ValueError(f"hyper must be None, 'map' or 'integrate', got {hyper!r}")
 
 
-
 def is_gaussian(fn) -> bool:
     """A Normal prior (possibly expanded / independent) or an unbatched multivariate normal."""
     base = unwrap(fn)
