@@ -41,7 +41,7 @@ import numpy as np
 from jax import lax
 from numpyro.infer.util import log_density
 
-from inference import compiled, convergence, ibp_vi
+from inference import compiled, convergence, ibp_vi, random_draws
 from inference.posterior import Posterior
 
 MAX_SHRINK = 60  # slice-sampling shrinkage steps per stick (a slice narrower than 2^-60 is accepted as is)
@@ -115,9 +115,9 @@ def scan(rng_key, state: GibbsState, Y, prior: ibp_vi.IBPPrior, structure: ibp_v
                            state.sticks)
     if structure.learn_noise:
         ssr = jnp.sum((Y - z @ A) ** 2)
-        tau_x = jax.random.gamma(keys[3], prior.noise_shape + 0.5 * n * d, dtype=Y.dtype) / (prior.noise_rate + 0.5 * ssr)
+        tau_x = random_draws.gamma(keys[3], prior.noise_shape + 0.5 * n * d, dtype=Y.dtype) / (prior.noise_rate + 0.5 * ssr)
     if structure.learn_features:
-        tau_a = jax.random.gamma(keys[4], prior.feature_shape + 0.5 * k * d, dtype=Y.dtype) / (
+        tau_a = random_draws.gamma(keys[4], prior.feature_shape + 0.5 * k * d, dtype=Y.dtype) / (
             prior.feature_rate + 0.5 * jnp.sum(A**2))
     return GibbsState(z, A, sticks, tau_x, tau_a)
 

@@ -42,7 +42,7 @@ from jax import lax
 from jax.scipy.special import digamma, gammaln, logsumexp
 from numpyro.infer.util import log_density
 
-from inference import _model, compiled, convergence
+from inference import _model, compiled, convergence, random_draws
 from inference.posterior import Posterior
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -290,14 +290,16 @@ def _scale_dist(shape, rate):
 
 def sample_q(rng_key, state: IBPState, structure: Structure, num_samples: int) -> dict:
     """Draws of the model's latent sites from q (leading ``num_samples`` axis). Every Gamma variate
-    (the sticks' Beta as a ratio, the precisions) comes from one `jax.random.gamma` call: one
-    rejection sampler to compile, not four."""
+    (the sticks' Beta as a ratio, the precisions) comes from one `inference.random_draws.log_gammas`
+    call: one rejection sampler to compile, not four."""
     keys = jax.random.split(rng_key, 3)
     s, k = num_samples, state.tau1.shape[0]
     shapes = jnp.concatenate([state.tau1, state.tau2, jnp.stack([state.noise_shape, state.feature_shape])])
-    g = jax.random.gamma(keys[0], shapes, (s, 2 * k + 2), dtype=state.phi.dtype)
-    g = jnp.maximum(g, jnp.finfo(g.dtype).tiny)
-    out = {"sticks": jnp.clip(g[:, :k] / (g[:, :k] + g[:, k:2 * k]), jnp.finfo(g.dtype).tiny, 1.0 - jnp.finfo(g.dtype).epsneg),
+    dtype = state.phi.dtype
+    (log_g,) = random_draws.log_gammas(keys[0], [jnp.broadcast_to(shapes, (s, 2 * k + 2))], dtype)
+    g = jnp.maximum(jnp.exp(log_g), jnp.finfo(dtype).tiny)
+    sticks = random_draws.beta_from_log_gammas(log_g[:, :k], log_g[:, k:2 * k])
+    out = {"sticks": jnp.clip(sticks, jnp.finfo(dtype).tiny, 1.0 - jnp.finfo(dtype).epsneg),
            "z": jax.random.bernoulli(keys[1], state.nu, (s,) + state.nu.shape).astype(jnp.int32)}
     chol = jnp.linalg.cholesky(state.cov)
     eps = jax.random.normal(keys[2], (s,) + state.phi.shape, state.phi.dtype)

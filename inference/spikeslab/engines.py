@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _options, convergence
+from inference import _options, convergence, random_draws
 from inference import progress as progress_bar
 
 from inference.spikeslab import ep_probit, ep_probit_full, ep_regression, family, gibbs, gibbs_hyper, precision_grid, vi
@@ -366,7 +366,7 @@ def vi_posterior(model, args, kwargs, trace, *, steps=1000, seed=0, num_samples=
     approx = {"inclusion_probability": np.asarray(state.alpha), "slab_mean": np.asarray(state.mu),
               "slab_var": np.asarray(state.s2)}
     if cfg.gamma:
-        tau = jax.random.gamma(k2, state.shape, (num_samples,)) / state.rate
+        tau = random_draws.gamma(k2, state.shape, (num_samples,)) / state.rate
         log_q = log_q + family.gamma_log_density(tau, state.shape, state.rate)
         approx |= {"precision_shape": np.asarray(state.shape), "precision_rate": np.asarray(state.rate)}
     iters = int(state.iteration)

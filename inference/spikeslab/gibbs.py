@@ -38,6 +38,7 @@ from jax import lax, random
 from jax.scipy.special import log_ndtr, ndtri
 
 from inference import progress as progress_bar
+from inference import random_draws
 
 
 class GibbsData(NamedTuple):
@@ -214,7 +215,7 @@ def draw_weights(rng_key, z, u, Cinv, Cu, Q, data: GibbsData, config: GibbsConfi
     v = data.X @ a + random.normal(k2, u.shape)
     draw = a + s * (data.X.T @ (Cinv @ (u - v)))
     if config.gamma:
-        tau = random.gamma(k3, data.a_post) / (data.b_prior + 0.5 * (Q + data.extra))
+        tau = random_draws.gamma(k3, data.a_post, dtype=draw.dtype) / (data.b_prior + 0.5 * (Q + data.extra))
         return mean + (draw - mean) / jnp.sqrt(tau), tau
     return draw, jnp.ones((), draw.dtype)
 

@@ -114,7 +114,12 @@ def test_gibbs_recovers_the_features_and_reports_the_active_count_posterior():
     post = inference.mcmc(ibp_linear_gaussian, DATA.Y, truncation=K, num_warmup=100, num_samples=200, num_chains=2)
     _check_recovery(post)
     ibp = post.diagnostics["ibp"]
-    assert ibp["active_features_mode"] in (4, 5) and ibp["active_features_probs"].get(4, 0.0) > 0.15, ibp
+    # The active-count posterior of a long run (4 chains x 3000 draws after 500, seed 11, R-hat
+    # 1.03-1.05, with this sampler and with jax.random.gamma in it): mean 5.25-5.36, mode 5,
+    # P(4) 0.22-0.28, P(6) 0.23-0.26, chain means 5.14-5.62. The mode of 2 x 200 draws is 5 or 6
+    # by seed, so the check is on the mean: its spread over seeds is ~0.3, and a sampler that
+    # cannot open a feature (4) or keeps all K = 8 fails.
+    assert abs(ibp["active_features_mean"] - 5.3) < 0.8 and ibp["active_features_mode"] in (4, 5, 6), ibp
     assert ibp["feature_active_prob"][:4].min() == 1.0  # the four true features, in the stick-breaking order
     assert post.diagnostics["sampler"] == "ibp-gibbs" and np.isfinite(post.diagnostics["max_rhat"])
     assert post.samples["z"].shape == (2, 200, 100, K) and post.log_likelihood["Y"].shape == (2, 200, 100)
