@@ -30,6 +30,6 @@ class EPState(NamedTuple):
 
 
 class EPInfo(NamedTuple):
-    max_site_change: jax.Array  # max over sites of |d tau| / (1 + |tau|), |d nu| / (1 + |nu|)
+    max_site_change: jax.Array  # max over sites of |d tau| v, |d nu| sqrt(v), beyond round-off (update.roundoff)
     num_skipped: jax.Array  # site updates skipped this sweep (bad cavity or invalid tilted moments)
     step: jax.Array  # damping actually applied (halved while the global Gaussian was invalid)
