@@ -48,6 +48,7 @@ def log_gammas(key, concentrations, dtype=None):
     return out
 
 
+@jax.jit  # at module level: an eager call (spike-and-slab q draws) compiles once per shape, not per call
 def _log_gamma(key, a):
     """``log G``, ``G ~ Gamma(a, 1)`` elementwise (``a`` 1-D): Marsaglia and Tsang (2000) on whole
     arrays. ``a < 1`` is boosted, ``G(a) = G(a + 1) U^(1/a)``, in log space (no underflow for small
