@@ -87,7 +87,16 @@ def roundoff(v, mt, vt, cm, cv):
     (by ``v`` and ``sqrt(v)``). ~2 eps for a log-concave site; a site of a heavy-tailed likelihood
     far from its cavity (a Student-t outlier, negative precision) reaches ~50 eps in its mean,
     which kept float32 EP from reaching tol (largest change 1.2e-5 to 2.6e-5 after 400 sweeps,
-    5.5 eps times its amplification at most, on the float64 answer). Zero at a skipped site."""
+    5.5 eps times its amplification at most, on the float64 answer). Zero at a skipped site.
+
+    Example (float32; arguments ``v, mt, vt, cm, cv``):
+        >>> import jax.numpy as jnp
+        >>> f32, eps = jnp.float32, float(jnp.finfo(jnp.float32).eps)
+        >>> float(roundoff(f32(0.25), f32(0.5), f32(0.5), f32(0.25), f32(1.0))) / eps  # amplification 0.75
+        7.5
+        >>> float(roundoff(f32(0.25), f32(0.5), f32(-0.5), f32(0.25), f32(1.0)))  # a skipped site
+        0.0
+    """
     eps = jnp.finfo(v.dtype).eps
     ok = (v > 0) & (vt > 0) & (cv > 0)
     v, vt, cv = jnp.where(ok, v, 0.0), jnp.where(ok, vt, 1.0), jnp.where(ok, cv, 1.0)

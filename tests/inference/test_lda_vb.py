@@ -310,6 +310,7 @@ def _stochastic(corpus, num_topics, batch_size):
                         num_samples=20, tol=1e-4, progress=False)
 
 
+@pytest.mark.slow  # the same checks run by default in float32 (test_every_method_is_finite_and_accurate_in_float32)
 def test_stochastic_vi_recovers_topics_of_a_small_corpus():
     """Mini-batch SVI with the Dirichlet mean-field guide and Adam (K = 3, V = 40, D = 120, batches
     of 30 documents): mean total variation to the true topics < 0.1 (measured 0.004; its k-means++
@@ -472,3 +473,12 @@ def test_every_method_is_finite_and_accurate_in_float32(method):
     assert np.all(np.isfinite(post.log_likelihood["counts"])) and np.isfinite(post.log_evidence)
     tv = _topic_tv(corpus.topics, post.approximation["topics_concentration"])
     assert tv.mean() < 0.1, tv
+    if method == "stochastic":  # the float64 test's checks (slow): the local-optimum check, q over every document
+        assert post.diagnostics["exact_elbo"] >= (1 + lda_vb.LOCAL_OPTIMUM_MARGIN) * post.diagnostics["online_vb_elbo"]
+        assert post.samples["theta"].shape == (1, 50, 150, 3) and post.log_likelihood["counts"].shape == (1, 50, 150)
+        assert "batch_size" not in post.model_kwargs
+        draw = {k: v[0, 0] for k, v in post.samples.items()}
+        with jax.enable_x64(False):
+            lp, _ = log_density(lda, (corpus.counts,), dict(num_topics=3), draw)
+        np.testing.assert_allclose(post.sample_stats["lp"][0, 0], lp, rtol=1e-5)
+        assert post.log_evidence == pytest.approx(np.mean(post.sample_stats["lp"] - post.sample_stats["log_q"]), rel=1e-5)

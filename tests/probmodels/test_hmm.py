@@ -315,6 +315,9 @@ def test_issue21_finding5_every_seed_and_dtype_finds_both_states(seed, x64):
     _check_not_collapsed(post, messages)
 
 
+# slow: the defaults matrix runs the same check by default (VI and Laplace at default options find
+# both states of a 2-state Gaussian HMM, float32; tests/inference/test_defaults_matrix.py)
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["vi", "laplace"])
 def test_vi_and_laplace_start_from_the_data_and_find_both_states(engine):
     import inference
