@@ -72,6 +72,17 @@ def condition(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
     return mean + gain @ resid, new_cov, ll
 
 
+def log_density(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
+    """log p(y) for y = H x + N(0, R), x ~ N(mean, cov): `condition`'s third output alone, from
+    one solve against the residual (`condition` solves against ``[H P, r]`` for its gain too)."""
+    missing = 0.0
+    if masked:
+        H, R, y, missing = masked_observation(H, R, y)
+    resid = y - H @ mean
+    sol, logdet = solve_psd(sym(H @ cov @ H.T + R), resid[:, None], small)
+    return -0.5 * (resid @ sol[:, 0] + logdet + (y.shape[-1] - missing) * LOG_2PI)
+
+
 def predict(mean, cov, F, Q):
     """One step ahead: (F m, F P F' + Q)."""
     return F @ mean, sym(F @ cov @ F.T + Q)

@@ -151,3 +151,49 @@ def test_bad_options_and_non_finite_results():
     with pytest.raises(FloatingPointError, match="kalman.filter: the result is not finite"):
         kalman.filter(*huge)
     assert driver.Filtered._fields == ("log_likelihood", "means", "covs")
+
+
+def _large_lds(seed, size):
+    """An LDS with ``size`` states and observations: above `SMALL_BATCHED`, so the parallel passes
+    take their LAPACK paths (solves through explicit inverses where the right-hand side is wider
+    than the system: `inference.kalman.parallel._psd_solve_many`)."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(size, size))
+    F = 0.9 * a / np.max(np.abs(np.linalg.eigvals(a)))
+    q, h, r = (rng.normal(size=(size, size)) for _ in range(3))
+    params = (rng.normal(size=size), np.eye(size), F, q @ q.T / size + 0.1 * np.eye(size), h,
+              r @ r.T / size + 0.3 * np.eye(size))
+    x = np.zeros((T, size))
+    x[0] = rng.multivariate_normal(params[0], params[1])
+    for t in range(1, T):
+        x[t] = F @ x[t - 1] + rng.multivariate_normal(np.zeros(size), params[3])
+    y = x @ h.T + rng.multivariate_normal(np.zeros(size), params[5], size=T)
+    y[2, :3] = np.nan  # missing entries: the masked elements too
+    return params, y
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64):
+    """N = D = 12 (the LAPACK paths of the parallel passes, every test above has N = 3): smoother,
+    filter and log likelihood against the dense joint, float64 to 1e-8; float32 to the tolerances
+    of `test_float32_matches_the_dense_joint`, covariances positive definite."""
+    from inference.kalman.linalg import SMALL_BATCHED
+
+    size = SMALL_BATCHED + 2
+    params, y = _large_lds(7, size)
+    sm_d, sc_d, _, ll_d = dense_posterior(params, y)
+    _, fm_d, fc_d = dense_filter(params, y)
+    dtype = np.float64 if x64 else np.float32
+    with jax.enable_x64(x64):
+        sm = jax.tree.map(np.asarray, kalman.smoother(*(dtype(p) for p in params), dtype(y), parallel=True))
+        ll, fm, fc = (np.asarray(a) for a in kalman.filter(*(dtype(p) for p in params), dtype(y), parallel=True))
+    assert sm.means.dtype == dtype
+    scale = np.max(np.abs(sc_d))
+    atol, rtol_ll = (TOL, 0.0) if x64 else (1e-4 * scale, 2e-4)
+    for got, want in ((sm.means, sm_d), (fm, fm_d)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol if x64 else atol / np.sqrt(scale))
+    for got, want in ((sm.covs, sc_d), (fc, fc_d)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+    for got in (sm.log_likelihood, ll):
+        np.testing.assert_allclose(got, ll_d, rtol=rtol_ll, atol=TOL if x64 else 0.0)
+    assert np.all(np.linalg.eigvalsh(sm.covs) > 0)
