@@ -9,7 +9,9 @@ Särkkä and García-Fernández (2021), "Temporal parallelization of Bayesian sm
 likelihood is summed afterwards from the one-step predictions of the filtered moments (all steps
 at once). Same numerics as :mod:`inference.kalman.sequential` where they carry over (Cholesky
 solves, Joseph forms, symmetrised covariances); the combination solves one general (N, N) system
-with ``I + C J`` (every eigenvalue >= 1 for C, J positive semi-definite), as in the paper.
+with ``I + C J`` (every eigenvalue >= 1 for C, J positive semi-definite), as in the paper. Unlike
+there, wide right-hand sides go through the system's inverse and a product (`_psd_solve_many`):
+batched solves cost far more than products on CPU.
 
 The two passes have the signatures and outputs of ``filter_pass`` / ``smooth_pass`` there; the
 public functions pick them with ``parallel=True``. On one CPU core the sequential passes are

@@ -68,8 +68,12 @@ def condition(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
         new_cov = sym(a @ cov @ a.T + gain @ R @ gain.T)
     else:
         new_cov = sym(cov - gain @ HP)
-    ll = -0.5 * (resid @ sol[:, -1] + logdet + (y.shape[-1] - missing) * LOG_2PI)
-    return mean + gain @ resid, new_cov, ll
+    return mean + gain @ resid, new_cov, _gaussian_log_density(resid, sol[:, -1], logdet, y.shape[-1] - missing)
+
+
+def _gaussian_log_density(resid, s_inv_resid, logdet, dim):
+    """log N(resid; 0, S) from S^-1 resid, log det S and the number of observed entries."""
+    return -0.5 * (resid @ s_inv_resid + logdet + dim * LOG_2PI)
 
 
 def log_density(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
@@ -80,7 +84,7 @@ def log_density(mean, cov, H, R, y, masked: bool, small: int = SMALL_SOLVE):
         H, R, y, missing = masked_observation(H, R, y)
     resid = y - H @ mean
     sol, logdet = solve_psd(sym(H @ cov @ H.T + R), resid[:, None], small)
-    return -0.5 * (resid @ sol[:, 0] + logdet + (y.shape[-1] - missing) * LOG_2PI)
+    return _gaussian_log_density(resid, sol[:, 0], logdet, y.shape[-1] - missing)
 
 
 def predict(mean, cov, F, Q):

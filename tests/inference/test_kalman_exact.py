@@ -189,11 +189,14 @@ def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64)
         ll, fm, fc = (np.asarray(a) for a in kalman.filter(*(dtype(p) for p in params), dtype(y), parallel=True))
     assert sm.means.dtype == dtype
     scale = np.max(np.abs(sc_d))
-    atol, rtol_ll = (TOL, 0.0) if x64 else (1e-4 * scale, 2e-4)
+    if x64:
+        mean_atol, cov_atol, ll_tol = TOL, TOL, {"rtol": 0.0, "atol": TOL}
+    else:
+        mean_atol, cov_atol, ll_tol = 1e-4 * np.sqrt(scale), 1e-4 * scale, {"rtol": 2e-4}
     for got, want in ((sm.means, sm_d), (fm, fm_d)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=atol if x64 else atol / np.sqrt(scale))
+        np.testing.assert_allclose(got, want, rtol=0, atol=mean_atol)
     for got, want in ((sm.covs, sc_d), (fc, fc_d)):
-        np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+        np.testing.assert_allclose(got, want, rtol=0, atol=cov_atol)
     for got in (sm.log_likelihood, ll):
-        np.testing.assert_allclose(got, ll_d, rtol=rtol_ll, atol=TOL if x64 else 0.0)
+        np.testing.assert_allclose(got, ll_d, **ll_tol)
     assert np.all(np.linalg.eigvalsh(sm.covs) > 0)
