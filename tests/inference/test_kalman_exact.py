@@ -172,15 +172,16 @@ def _large_lds(seed, size):
     return params, y
 
 
-@pytest.mark.parametrize("x64", [True, False])
-def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64):
+@pytest.mark.parametrize("seed", [7, 8])
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])  # ids: tests/conftest.py orders float32 last
+def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64, seed):
     """N = D = 12 (the LAPACK paths of the parallel passes, every test above has N = 3): smoother,
     filter and log likelihood against the dense joint, float64 to 1e-8; float32 to the tolerances
     of `test_float32_matches_the_dense_joint`, covariances positive definite."""
     from inference.kalman.linalg import SMALL_BATCHED
 
     size = SMALL_BATCHED + 2
-    params, y = _large_lds(7, size)
+    params, y = _large_lds(seed, size)
     sm_d, sc_d, _, ll_d = dense_posterior(params, y)
     _, fm_d, fc_d = dense_filter(params, y)
     dtype = np.float64 if x64 else np.float32
