@@ -6,9 +6,12 @@ The passes solve many tiny systems (N states, D observations, typically <= 10) i
 factorisation and its triangular solves (LAPACK calls that XLA:CPU wraps in much code), and one
 system per scan step runs faster too (the custom calls cost a fixed overhead per step: the N = 10
 smoother 0.23 s against 0.28 s at T = 1e4; at N = 20 0.79 s against 1.00 s, so LAPACK above
-``SMALL_SOLVE``). Thousands of systems at once (the parallel passes): Gauss-Jordan up to
-``SMALL_BATCHED`` = 10 there too (jax 0.12, T = 1000: N = 5 5.9 ms against LU's 7.4, N = 10 the same,
-N = 20 LU 57 ms against 71). Partial
+``SMALL_SOLVE``). Thousands of systems at once (the parallel passes): Gauss-Jordan up to N = 6,
+and up to 8 while there are few of them (`small_batched`): each of its N steps sweeps the whole
+batch, where LAPACK works one small system at a time, so at N = 7-10 LAPACK wins on long
+sequences (jax 0.12, one thread, the parallel smoother at T = 1e5: N = 8 1.25 s against 1.83,
+N = 10 1.96 s against 4.94) and Gauss-Jordan on short ones (T = 1e3, N = 8: 10.5 ms against 12.1);
+at N <= 6 Gauss-Jordan at every length (N = 5, T = 1e6: 6.1 s against 7.7). Partial
 pivoting; for symmetric positive definite matrices (innovation and predicted covariances)
 elimination needs no growth control, and the log determinant is the sum of the log pivots.
 
@@ -22,12 +25,28 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import cho_solve, lu_factor, lu_solve
 
 SMALL_SOLVE = 12  # one system per step: Gauss-Jordan up to this (faster than LAPACK at N = 10, slower at 20)
-SMALL_BATCHED = 10  # thousands of systems at once (the parallel passes): Gauss-Jordan up to this (LU faster at 20)
+# batched systems (the parallel passes): Gauss-Jordan up to N = 6, and up to N = 8 while
+# batch * N^2 <= BATCHED_WORK (`small_batched`), LAPACK above
+BATCHED_WORK = 1.3e5
+
+
+def small_batched(batch: int) -> int:
+    """The ``small`` of `solve` / `solve_psd` for ``batch`` systems solved at once: the largest N
+    solved by Gauss-Jordan, 6 at least and 8 at most, while ``batch * N**2 <= BATCHED_WORK``
+    (module docstring: the parallel smoother on one CPU thread, jax 0.12).
+
+    Example:
+        >>> small_batched(500), small_batched(2000), small_batched(10**5)
+        (8, 8, 6)
+    """
+    return max(6, min(8, math.isqrt(int(BATCHED_WORK // max(int(batch), 1)))))
 
 
 def sym(a):
@@ -39,7 +58,7 @@ def mm(a, b):
     """Batched matrix product (XLA's dot). A broadcast multiply-and-sum for inner sizes up to 8,
     once faster to compile inside the associative scan, is now slower to run and to compile (jax
     0.12, parallel smoother at T = 1000: N = 5 9.5 -> 5.9 ms, N = 8 14.9 -> 8.8 ms, together with
-    ``SMALL_BATCHED``; the sequential passes unchanged). Full precision: where a float32 product
+    Gauss-Jordan for the batched systems; the sequential passes unchanged). Full precision: where a float32 product
     would run at reduced precision by default (a GPU's TF32), it does not (the passes may be called
     outside an engine's `inference.compiled.scope`)."""
     return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)

@@ -30,11 +30,13 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from inference.kalman.linalg import SMALL_BATCHED, joseph, mm, solve, solve_psd, sym
+from inference.kalman.linalg import joseph, mm, small_batched, solve, solve_psd, sym
 from inference.kalman.sequential import condition, log_density, masked_observation, predict, smoother_gain
 
 
@@ -43,15 +45,15 @@ def _t(a):
 
 
 # ----------------------------------------------------------------------------- filter
-def _filter_element(F, Q, H, R, y, masked: bool):
+def _filter_element(F, Q, H, R, y, masked: bool, small: int):
     """(A, b, C, eta, J) of a step t >= 1: x_{t-1} -> x_t conditioned on y_t alone (vmapped over
-    the steps: batched solves, hence ``SMALL_BATCHED``)."""
+    the steps: batched solves, hence ``small``: `inference.kalman.linalg.small_batched`)."""
     if masked:
         H, R, y, _ = masked_observation(H, R, y)
     HQ = H @ Q
     HF = H @ F
     rhs = jnp.concatenate([HQ, HF, y[:, None]], axis=1)
-    sol = _psd_solve_many(sym(HQ @ H.T + R), rhs)
+    sol = _psd_solve_many(sym(HQ @ H.T + R), rhs, small)
     n = Q.shape[-1]
     gain = sol[:, :n].T  # Q H' S^-1
     a = jnp.eye(n, dtype=Q.dtype) - gain @ H
@@ -59,7 +61,7 @@ def _filter_element(F, Q, H, R, y, masked: bool):
     return a @ F, gain @ y, cov, HF.T @ sol[:, -1], sym(HF.T @ sol[:, n:-1])
 
 
-def _psd_solve_many(s, rhs):
+def _psd_solve_many(s, rhs, small: int):
     """``s^-1 rhs`` for symmetric positive definite ``s`` (…, D, D): through ``s^-1`` (a solve
     against the identity, then a product) when ``rhs`` has more than D columns. Batched solves
     cost far more than products of the same size on CPU (jax 0.12, 500 systems of size 20: a
@@ -68,8 +70,8 @@ def _psd_solve_many(s, rhs):
     N = D = 20, 22 -> 17 ms at 10, the same at 2-5 (benchmarks/RESULTS.md)."""
     d = s.shape[-1]
     if rhs.shape[-1] <= d:
-        return solve_psd(s, rhs, SMALL_BATCHED)[0]
-    return mm(solve_psd(s, jnp.eye(d, dtype=s.dtype), SMALL_BATCHED)[0], rhs)
+        return solve_psd(s, rhs, small)[0]
+    return mm(solve_psd(s, jnp.eye(d, dtype=s.dtype), small)[0], rhs)
 
 
 def _filter_combine(earlier, later):
@@ -81,7 +83,8 @@ def _filter_combine(earlier, later):
     n = a1.shape[-1]
     eye = jnp.eye(n, dtype=a1.dtype)
     u = mm(c1, jnp.concatenate([j2, eta2[..., None]], -1))  # [C1 J2, C1 eta2]
-    inv = solve(eye + u[..., :n], jnp.broadcast_to(eye, a1.shape), SMALL_BATCHED)  # M^-1
+    small = small_batched(math.prod(a1.shape[:-2]))  # this level's number of systems
+    inv = solve(eye + u[..., :n], jnp.broadcast_to(eye, a1.shape), small)  # M^-1
     inv_a1 = mm(inv, a1)
     x = mm(a2, inv)  # A2 (I + C1 J2)^-1
     w = mm(x, jnp.concatenate([a1, (b1 + u[..., n])[..., None], c1], -1))
@@ -98,14 +101,15 @@ def filter_pass(params, obs, masked: bool):
     m0, p0, _ = condition(init_mean, init_cov, H, R, obs[0], masked)
     zeros = jnp.zeros((1, n, n), F.dtype)
     first = (zeros, m0[None], p0[None], jnp.zeros((1, n), F.dtype), zeros)
-    rest = jax.vmap(lambda y: _filter_element(F, Q, H, R, y, masked))(obs[1:])
+    small = small_batched(obs.shape[0])
+    rest = jax.vmap(lambda y: _filter_element(F, Q, H, R, y, masked, small))(obs[1:])
     elems = tuple(jnp.concatenate([f, r]) for f, r in zip(first, rest))
     _, means, covs, _, _ = lax.associative_scan(_filter_combine, elems)
     # one-step predictions from the filtered moments give every step's log density at once
     pred_means, pred_covs = jax.vmap(lambda m, p: predict(m, p, F, Q))(means[:-1], covs[:-1])
     pred_means = jnp.concatenate([init_mean[None], pred_means])
     pred_covs = jnp.concatenate([init_cov[None], pred_covs])
-    lls = jax.vmap(lambda m, p, y: log_density(m, p, H, R, y, masked, SMALL_BATCHED))(pred_means, pred_covs, obs)
+    lls = jax.vmap(lambda m, p, y: log_density(m, p, H, R, y, masked, small))(pred_means, pred_covs, obs)
     return lls, means, covs
 
 
@@ -115,9 +119,10 @@ def smoother_elements(params, filtered_means, filtered_covs):
     E = 0 and (g, L) is the filtered moment. Also what forward-filter backward-sample draws from."""
     _, _, F, Q, _, _ = params
     eye = jnp.eye(F.shape[-1], dtype=F.dtype)
+    small = small_batched(filtered_means.shape[0])
 
     def one(m, p):
-        gain, pred = smoother_gain(p, F, Q, SMALL_BATCHED)
+        gain, pred = smoother_gain(p, F, Q, small)
         if joseph(F.dtype):
             a = eye - gain @ F
             cov = sym(a @ p @ a.T + gain @ Q @ gain.T)

@@ -154,9 +154,10 @@ def test_bad_options_and_non_finite_results():
 
 
 def _large_lds(seed, size):
-    """An LDS with ``size`` states and observations: above `SMALL_BATCHED`, so the parallel passes
-    take their LAPACK paths (solves through explicit inverses where the right-hand side is wider
-    than the system: `inference.kalman.parallel._psd_solve_many`)."""
+    """An LDS with ``size`` states and observations; above 8 (the most that
+    `inference.kalman.linalg.small_batched` solves by Gauss-Jordan) the parallel passes take their
+    LAPACK paths (solves through explicit inverses where the right-hand side is wider than the
+    system: `inference.kalman.parallel._psd_solve_many`)."""
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(size, size))
     F = 0.9 * a / np.max(np.abs(np.linalg.eigvals(a)))
@@ -178,10 +179,7 @@ def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64,
     """N = D = 12 (the LAPACK paths of the parallel passes, every test above has N = 3): smoother,
     filter and log likelihood against the dense joint, float64 to 1e-8; float32 to the tolerances
     of `test_float32_matches_the_dense_joint`, covariances positive definite."""
-    from inference.kalman.linalg import SMALL_BATCHED
-
-    size = SMALL_BATCHED + 2
-    params, y = _large_lds(seed, size)
+    params, y = _large_lds(seed, 12)
     sm_d, sc_d, _, ll_d = dense_posterior(params, y)
     _, fm_d, fc_d = dense_filter(params, y)
     dtype = np.float64 if x64 else np.float32
@@ -201,3 +199,30 @@ def test_parallel_passes_above_the_small_batched_size_equal_the_dense_joint(x64,
     for got in (sm.log_likelihood, ll):
         np.testing.assert_allclose(got, ll_d, **ll_tol)
     assert np.all(np.linalg.eigvalsh(sm.covs) > 0)
+
+
+def test_parallel_passes_choosing_the_solver_per_level_equal_the_dense_joint(monkeypatch):
+    """`inference.kalman.linalg.small_batched` picks Gauss-Jordan or LAPACK per number of systems,
+    so one parallel pass mixes them on long sequences at N = 7-8 (LAPACK for the T - 1 elements and
+    the scan's wide levels, Gauss-Jordan for its narrow ones). With its work limit lowered from
+    1.3e5 to 60, N = D = 7 at T = 5 does the same: float64 smoother, filter and log likelihood to
+    1e-8 against the dense joint. Compiled programs are dropped before and after: the limit is
+    read at tracing."""
+    from inference.kalman import linalg
+
+    monkeypatch.setattr(linalg, "BATCHED_WORK", 60)
+    assert [linalg.small_batched(b) for b in (5, 2, 1)] == [6, 6, 7]  # LAPACK, then Gauss-Jordan at 7
+    params, y = _large_lds(3, 7)
+    sm_d, sc_d, _, ll_d = dense_posterior(params, y)
+    _, fm_d, fc_d = dense_filter(params, y)
+    jax.clear_caches()
+    try:
+        with jax.enable_x64(True):
+            sm = kalman.smoother(*params, y, parallel=True)
+            ll, fm, fc = kalman.filter(*params, y, parallel=True)
+    finally:
+        jax.clear_caches()
+    for got, want in ((sm.means, sm_d), (fm, fm_d), (sm.covs, sc_d), (fc, fc_d)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=TOL)
+    for got in (sm.log_likelihood, ll):
+        np.testing.assert_allclose(float(got), ll_d, rtol=0, atol=TOL)
