@@ -98,10 +98,11 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             ``log Z_EP + log p``, by BFGS on the gradient of EP's converged log evidence with the
             sites held fixed, warm-started between steps; ``evidence_method="ep-map"``) or
             ``"integrate"`` (an INLA-style mixture over a design of hyperparameter values,
-            ``"ep-integrated"``); see `inference.hyper` and `inference.hyper.ep_fit`. Only
-            hyperparameters of the latent Gaussian's prior (kernel parameters, a weight prior's
-            scale): one the likelihood depends on (a Gaussian likelihood's noise) is refused,
-            ``inference.laplace(..., hyper=...)`` handles it. With ``hyper``, ``tol / 100`` bounds
+            ``"ep-integrated"``); see `inference.hyper` and `inference.hyper.ep_fit`.
+            Hyperparameters of the latent Gaussian's prior (kernel parameters, a weight prior's
+            scale) and of Gaussian likelihoods (a noise level); one another likelihood depends on
+            (a Student-t's scale, a probit's slope) is refused, ``inference.laplace(...,
+            hyper=...)`` handles it. With ``hyper``, ``tol / 100`` bounds
             the predicted gain left at the mode and ``tol`` (floored at the working precision,
             as without ``hyper``) is the sweeps' tolerance at each evaluation; ``max_iter`` caps both the BFGS iterations and
             each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress

@@ -54,10 +54,12 @@ jits them; `fit.run(...)` returns the `Posterior` (``engine="ep"``, ``evidence_m
 ``"ep-map"`` / ``"ep-integrated"``). See `laplace_fit.laplace_hyper` for the whole wiring.
 
 EP is wired (`ep_fit.ep_hyper`, ``inference.ep(..., hyper=...)``) for hyperparameters of the
-latent Gaussian's prior only (kernel parameters, a weight prior's scale): EP's recognition of the
-likelihood is concrete, so it is done once and checked unchanged at a second hyperparameter value;
-a likelihood that depends on a hyperparameter (a Gaussian likelihood's noise) is refused with a
-ValueError naming the site, and Laplace's ``hyper=`` handles it. With ``hyper=None`` EP refuses a
+latent Gaussian's prior (kernel parameters, a weight prior's scale) and of Gaussian likelihoods (a
+noise level): EP's recognition of the likelihood is concrete, so it is done once and compared at
+a second hyperparameter value; a Gaussian site group that changed is read again at every value
+(its log likelihood and two derivatives), any other likelihood that depends on a hyperparameter
+(a Student-t's scale) is refused with a ValueError naming the site, and Laplace's ``hyper=``
+handles it. With ``hyper=None`` EP refuses a
 model with hyperparameter sites, naming them and the options. The Bayes machine's own EP is wired
 too (`bm_fit.bm_hyper`): its noise rate stays with EP, and since its log Z is not stationary in
 its sites (clipped site precisions, the Beta's mean-and-variance matching) the evidence adds the

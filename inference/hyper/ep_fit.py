@@ -2,12 +2,15 @@
 into the engine-agnostic search and integration (`inference.hyper.fit`).
 
 Scope: hyperparameters of the latent Gaussian's *prior* (a kernel's lengthscale or variance, a
-weight prior's scale). EP's recognition (`inference.ep.recognise`: the projections ``A``, ``b``,
-the site kinds and their data) is concrete, so it runs once, on the model with the
-hyperparameters fixed at the search's start; it runs again at a second point (once per model
-structure, `inference.compiled.memo`), and a likelihood that changed between the two (a
-Gaussian likelihood's noise given as a prior) is refused with a ValueError naming the site
-(`inference.laplace(..., hyper=...)` handles those). The prior ``(m0(phi), S0(phi))`` is read
+weight prior's scale) and of *Gaussian likelihoods* (a noise scale). EP's recognition
+(`inference.ep.recognise`: the projections ``A``, ``b``, the site kinds and their data) is
+concrete, so it runs once, on the model with the hyperparameters fixed at the search's start; it
+runs again at a second point (once per model structure, `inference.compiled.memo`). A Gaussian
+site group whose data (``y``, ``noise_var``, ``log_const``) changed between the two, its
+projection not, is read again at every ``phi`` inside the programs (`_gaussian_data`: the site's
+log likelihood and its first two derivatives along the latent, exact for a quadratic); any
+other change of the likelihood (a Student-t scale, a probit's slope) is refused with a
+ValueError naming the site (`inference.laplace(..., hyper=...)` handles those). The prior ``(m0(phi), S0(phi))`` is read
 inside the compiled programs from a trace of the model with ``phi`` substituted (`sites.run`),
 and the EP problem built from it: ``K = A S0 A'`` (function space; ``a a' * S0`` elementwise
 when ``A`` is diagonal, as a GP classifier's label signs) or ``P = A chol(S0)`` (weight space),
@@ -20,8 +23,10 @@ does; a given ``damping`` is used throughout, without acceleration), then EP's l
 evidence at the converged sites and its gradient in ``phi`` with the sites held fixed (log Z_EP
 is stationary in the sites at a fixed point): in function space GPML's closed form
 ``tr(F dK) / 2 + alpha' d offset`` (`inference.ep.gaussian.gaussian_gradient_terms`: one
-factorisation and solve, only the kernel differentiated), in weight space by differentiating
-log Z_EP at the fixed sites (``d x d`` factorisations). At n = 1000 (twonorm) this, the
+factorisation and solve, only the kernel differentiated) plus, for a Gaussian likelihood's
+hyperparameters, the tilted normalisers' derivatives at the fixed cavities (log Z_EP is stationary
+in the cavities too), in weight space by differentiating log Z_EP at the fixed sites (``d x d``
+factorisations). At n = 1000 (twonorm) this, the
 acceleration and the kernels' matrix-product derivatives (`probmodels.kernels`) took a warm
 ``hyper="map"`` fit from 17.2 s to 9.2 s (benchmarks/RESULTS.md).
 ``draw``: the EP Gaussian of the latent at ``phi`` (`inference.ep.gaussian.to_latent`), sampled
@@ -45,10 +50,11 @@ from inference import _model, _options, compiled, linalg
 from inference.ep import anderson
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import LatentMap, gaussian_gradient_terms, site_moments, to_latent
-from inference.ep.problem import EPProblem
+from inference.ep.problem import EPProblem, SiteGroup, tilted
 from inference.ep.recognise import recognise
+from inference.ep.recognise import _site_log_lik
 from inference.ep.state import EPState
-from inference.ep.update import _run
+from inference.ep.update import _run, cavity
 from inference.hyper import fit, laplace_evidence, sites
 from inference.trace_reading import gaussian_prior
 
@@ -58,7 +64,7 @@ UNDAMPED_SWEEPS = 50  # default damping: undamped sweeps before the damped (0.5)
 # 1e-12 (twonorm, n = 500; 5e-8 at 1e-5), and each evaluation takes ~5 fewer sweeps than at 1e-10
 SWEEP_TOL_FACTOR = 1.0
 PROBE_SHIFT = 0.5  # the second recognition's phi: the start plus this in every coordinate
-ADVICE = "use inference.laplace(..., hyper=...) for hyperparameters of the likelihood"
+ADVICE = "use inference.laplace(..., hyper=...) for hyperparameters of a non-Gaussian likelihood"
 
 
 class Setup(NamedTuple):
@@ -72,6 +78,7 @@ class Setup(NamedTuple):
     space: str
     site_kinds: dict
     sweep_tol: float
+    varying: tuple  # (group index, observed site) of each Gaussian group read again at every phi
 
 
 # ----------------------------------------------------------------------------- recognition
@@ -99,9 +106,11 @@ def _site_rows(rec):
     return out
 
 
-def _check_likelihood_fixed(hs, rec0, rec1, double: bool):
-    """The likelihood part of the recognition (kinds, projections, site data, constants) must be
-    the same at two hyperparameter values: EP's hyper= learns the prior's hyperparameters only."""
+def _varying_groups(hs, rec0, rec1, double: bool) -> tuple:
+    """The likelihood part of the recognition (kinds, projections, site data, constants) at two
+    hyperparameter values: ``(group index, observed site)`` of each Gaussian group whose data
+    changed (its projection the same); any other change is refused (EP's hyper= learns the
+    prior's hyperparameters and Gaussian likelihoods')."""
     rtol = 1e-6 if double else 1e-2
 
     def same(a, b):
@@ -114,24 +123,77 @@ def _check_likelihood_fixed(hs, rec0, rec1, double: bool):
     def refuse(names, why):
         raise ValueError(
             f"hyper=: the likelihood of observed site(s) {names} depends on the hyperparameters {list(hs.hyper)} "
-            f"({why}); EP's hyper= supports hyperparameters of the latent Gaussian prior only; {ADVICE}")
+            f"({why}); EP's hyper= supports hyperparameters of the latent Gaussian prior and of Gaussian "
+            f"likelihoods only; {ADVICE}")
 
     if rec0.site_kinds != rec1.site_kinds:
         changed = [n for n in rec0.site_kinds if rec0.site_kinds[n] != rec1.site_kinds.get(n)]
         refuse(changed, "its EP site kind changes")
-    for (name, rows, g0), (_, _, g1) in zip(_site_rows(rec0), _site_rows(rec1)):
+    varying = []
+    for index, ((name, rows, g0), (_, _, g1)) in enumerate(zip(_site_rows(rec0), _site_rows(rec1))):
+        A0, A1 = np.asarray(rec0.A[rows], float), np.asarray(rec1.A[rows], float)
         leaves0, leaves1 = jax.tree_util.tree_leaves(g0.data), jax.tree_util.tree_leaves(g1.data)
-        if not (same(rec0.A[rows], rec1.A[rows]) and same(rec0.b[rows], rec1.b[rows])
-                and len(leaves0) == len(leaves1) and all(same(a, b) for a, b in zip(leaves0, leaves1))):
-            refuse([name], "its projection or site constants change")
+        if (same(A0, A1) and same(rec0.b[rows], rec1.b[rows]) and len(leaves0) == len(leaves1)
+                and all(same(a, b) for a, b in zip(leaves0, leaves1))):
+            continue
+        if g0.kind != "gaussian":
+            refuse([name], f"its {g0.kind} site's projection or constants change")
+        # a Gaussian site in eta = a_i u + b_i is one in any k_i a_i u + b'_i: rows may rescale
+        # (a noise scale dividing the residual), the data are then read in the first projection
+        k = np.sum(A1 * A0, axis=1) / np.maximum(np.sum(A0 * A0, axis=1), 1e-300)
+        if not same(k[:, None] * A0, A1):
+            refuse([name], "its projection changes direction")
+        varying.append((index, name))
     if not same(rec0.const_log_lik, rec1.const_log_lik):
         refuse([n for n, k in rec0.site_kinds.items() if k == "constant"], "its constant log likelihood changes")
+    return tuple(varying)
+
+
+def _directions(rec, rows, diagonal: bool) -> np.ndarray:
+    """Latent directions ``(D, K)`` along which `_gaussian_data` differentiates a Gaussian group
+    with projection rows ``rows``: ``1 / a_ii`` (K = 1, every site's ``eta`` moves by one) when the
+    problem's ``A`` is diagonal, else the coordinate axes (K = D): each site then sees the whole
+    of its row (``sum_k (a_i e_k)^2 = |a_i|^2``), never a near-cancellation of a random one."""
+    A = np.asarray(rec.A, float)
+    if diagonal:
+        delta = np.zeros(A.shape[1])
+        d = np.diagonal(A)[rows]
+        delta[rows] = 1.0 / d
+        return delta[:, None]
+    return np.eye(A.shape[1])
+
+
+def _gaussian_data(model, hs, args, kwargs, phi, name, directions, c, b):
+    """The Gaussian site data ``{y, noise_var, log_const}`` of observed site ``name`` at ``phi``,
+    traceable and differentiable: its log likelihood ``l_i = log_const - log(2 pi s) / 2 -
+    (eta_i - y_i)^2 / (2 s)`` at the latent ``0`` (``eta = b``) and its first two derivatives along
+    each direction ``k`` (``eta`` moves by ``c_ik``): ``l'' = -c^2 / s`` and ``l' = (y - b) c / s``."""
+    unravel = laplace_evidence.latent_model(model, hs, None).unravel
+
+    def along(delta):
+        def lik(t):
+            tr = sites.run(model, args, kwargs, hs, phi, unravel(t * delta))
+            return jnp.ravel(_site_log_lik(dict(tr[name], name=name)))
+
+        def first(t):
+            return jax.jvp(lik, (t,), (jnp.ones_like(t),))
+
+        (l0, l1), (_, l2) = jax.jvp(first, (jnp.zeros((), phi.dtype),), (jnp.ones((), phi.dtype),))
+        return l0, l1, l2
+
+    l0, l1, l2 = jax.vmap(along, in_axes=1, out_axes=1)(directions)
+    cc = jnp.sum(c * c, axis=1)
+    noise_var = -cc / jnp.sum(l2, axis=1)
+    y = b + noise_var * jnp.sum(c * l1, axis=1) / cc
+    log_const = l0[:, 0] + 0.5 * jnp.log(2 * jnp.pi * noise_var) + 0.5 * (b - y) ** 2 / noise_var
+    return {"y": y, "noise_var": noise_var, "log_const": log_const}
 
 
 # ----------------------------------------------------------------------------- traced problem
-def _problem(model, hs, model_inputs, space, phi, data):
+def _problem(model, hs, model_inputs, space, phi, data, varying=()):
     """``(EPProblem, LatentMap)`` at ``phi``: the prior read from a trace with ``phi``
-    substituted, the likelihood's arrays from the recognition (in ``data[1]``). ``space``:
+    substituted, the likelihood's arrays from the recognition (in ``data[1]``), those of the
+    ``varying`` Gaussian groups read at ``phi`` (`_gaussian_data`). ``space``:
     ``"weight"``, ``"function"``, or ``"diagonal"`` (function space with a diagonal ``A``, each site
     seeing one coordinate of the latent times a number, as a GP classifier's ``y_i f_i``:
     ``K = a a' * S0`` elementwise, without the two n^3 products and their gradients). Traceable."""
@@ -142,6 +204,12 @@ def _problem(model, hs, model_inputs, space, phi, data):
     m0 = jnp.concatenate([p[0] for p in parts])
     S0 = jax.scipy.linalg.block_diag(*[p[1] for p in parts])
     A, b, groups = ep["A"], ep["b"], ep["groups"]
+    if varying:
+        groups = list(groups)
+        for (index, name), (directions, c, b_rows) in zip(varying, ep["varying"]):
+            data_at = _gaussian_data(model, hs, args, kwargs, phi, name, directions, c, b_rows)
+            groups[index] = SiteGroup(groups[index].site, data_at, groups[index].size)
+        groups = tuple(groups)
     if space == "diagonal":
         a = jnp.diagonal(A)
         AS0 = a[:, None] * S0
@@ -196,23 +264,27 @@ def _sweep(problem, warm, ep, schedule):
     return state, converged
 
 
-def evidence(model, hs, model_inputs, space, schedule, phi, warm, data):
+def evidence(model, hs, model_inputs, space, schedule, phi, warm, data, varying=()):
     """``(log Z_EP, ((tau, nu), ok))``: the engine function of `inference.hyper` (module docstring).
 
     Function space: the value at the converged sites, and a gradient through
     `gaussian_gradient_terms` (``tr(F dK(phi)) / 2 + alpha' d offset(phi)``, only the kernel and the
-    offset differentiated). Weight space: log Z_EP at the fixed sites differentiated as a whole
+    offset differentiated), plus the tilted normalisers at the fixed cavities for the ``varying``
+    Gaussian groups' data. Weight space: log Z_EP at the fixed sites differentiated as a whole
     (``d x d`` factorisations, cheap)."""
     sg = lax.stop_gradient
     ep = data[1]
-    fixed, _ = _problem(model, hs, model_inputs, space, sg(phi), data)
+    fixed, _ = _problem(model, hs, model_inputs, space, sg(phi), data, varying)
     state, converged = _sweep(fixed, jax.tree_util.tree_map(sg, warm), ep, schedule)
     tau, nu = sg(state.tau), sg(state.nu)
-    problem, _ = _problem(model, hs, model_inputs, space, phi, data)
+    problem, _ = _problem(model, hs, model_inputs, space, phi, data, varying)
     if problem.space == "function":
         value, ok_value = log_evidence(fixed, EPState(tau, nu, jnp.zeros_like(tau), state.mean, state.var))
         F, alpha = sg(gaussian_gradient_terms(fixed.prior_cov, tau, nu))
         surrogate = 0.5 * jnp.sum(F * problem.prior_cov) + jnp.dot(alpha, problem.offset)
+        if varying:  # d log Z_EP / d data = d log Z_i / d data at the (stationary) cavities
+            cm, cv, _ = cavity(sg(state.mean), sg(state.var), tau, nu)
+            surrogate = surrogate + jnp.sum(tilted(problem, cm, cv)[0])
         log_z = sg(value) + ep["const"] + (surrogate - sg(surrogate))
         ok = converged & ok_value & jnp.isfinite(log_z) & _finite(F, alpha)
         return log_z, ((tau, nu), ok)
@@ -223,10 +295,10 @@ def evidence(model, hs, model_inputs, space, schedule, phi, warm, data):
     return log_z, ((tau, nu), ok)
 
 
-def draw(model, hs, model_inputs, space, phi, warm, key, num: int, data):
+def draw(model, hs, model_inputs, space, phi, warm, key, num: int, data, varying=()):
     """``(x (num, d), log q (num,))``: draws of the flat latent (the latent sites in model
     order) from EP's Gaussian at ``phi`` with the converged sites ``warm``, and its density."""
-    problem, latent_map = _problem(model, hs, model_inputs, space, phi, data)
+    problem, latent_map = _problem(model, hs, model_inputs, space, phi, data, varying)
     tau, nu = warm
     mean, cov = to_latent(problem, latent_map, tau, nu)
     L = linalg.cholesky_jitter_traced(cov)
@@ -264,15 +336,20 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
     phi0, theta0, theta1 = start_and_probe("ep-hyper-init", model, args, kwargs, hs, dtype)
     rec0 = _recognise_at(model, args, kwargs, hs, theta0, seed)
 
-    def likelihood_fixed():  # a fact of what the model computes: checked once per model structure
-        _check_likelihood_fixed(hs, rec0, _recognise_at(model, args, kwargs, hs, theta1, seed), double)
-        return True
+    def varying_groups():  # a fact of what the model computes: checked once per model structure
+        return _varying_groups(hs, rec0, _recognise_at(model, args, kwargs, hs, theta1, seed), double)
 
-    compiled.memo("ep-hyper-likelihood-fixed", model, args, kwargs, likelihood_fixed)
+    varying = compiled.memo("ep-hyper-varying-groups", model, args, kwargs, varying_groups)
     space = rec0.problem.space
     A = np.asarray(rec0.A)
     diagonal = A.ndim == 2 and A.shape[0] == A.shape[1] and not np.any(A - np.diag(np.diagonal(A)))
     form = "diagonal" if space == "function" and diagonal else space
+    rows = {name: r for name, r, _ in _site_rows(rec0)}
+    lik = []
+    for _, name in varying:
+        directions = _directions(rec0, rows[name], form == "diagonal")
+        c = np.asarray(rec0.A, float)[rows[name]] @ directions
+        lik.append(tuple(jnp.asarray(x, dtype) for x in (directions, c, np.asarray(rec0.b, float)[rows[name]])))
     sweep_tol = _options.working_tol(SWEEP_TOL_FACTOR * tol, dtype)
     sweep_schedule = schedule
     if damping is None and schedule == "parallel":
@@ -282,18 +359,18 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
         sweeps = (0.5 if damping is None else damping, max_iter, 0.5 if damping is None else damping, 0)
     ep = {"A": jnp.asarray(rec0.A, dtype), "b": jnp.asarray(rec0.b, dtype), "groups": rec0.problem.groups,
           "const": jnp.asarray(rec0.const_log_lik, dtype), "tol": jnp.asarray(sweep_tol, dtype),
-          "sweeps": jnp.asarray(sweeps, dtype)}
+          "sweeps": jnp.asarray(sweeps, dtype), "varying": tuple(lik)}
 
     def build(rebuild):
         inputs = lambda d: rebuild(d[0])  # noqa: E731
-        ev = lambda phi, warm, data: evidence(model, hs, rebuild, form, sweep_schedule, phi, warm, data)  # noqa: E731
-        dr = lambda phi, warm, key, num, data: draw(model, hs, rebuild, form, phi, warm, key, num, data)  # noqa: E731
+        ev = lambda phi, warm, data: evidence(model, hs, rebuild, form, sweep_schedule, phi, warm, data, varying)  # noqa: E731
+        dr = lambda phi, warm, key, num, data: draw(model, hs, rebuild, form, phi, warm, key, num, data, varying)  # noqa: E731
         return fit.programs(model, hs, inputs, ev, dr, laplace_evidence.latent_model(model, hs, None).unravel)
 
-    progs, arrays = compiled.get("ep-hyper", model, args, kwargs, (hs, form, sweep_schedule), build)
+    progs, arrays = compiled.get("ep-hyper", model, args, kwargs, (hs, form, sweep_schedule, varying), build)
     n = rec0.problem.num_sites
     warm0 = (jnp.zeros(n, dtype), jnp.zeros(n, dtype))
-    return Setup(hs, progs, (arrays, ep), jnp.asarray(phi0), warm0, space, dict(rec0.site_kinds), sweep_tol)
+    return Setup(hs, progs, (arrays, ep), jnp.asarray(phi0), warm0, space, dict(rec0.site_kinds), sweep_tol, varying)
 
 
 def ep_hyper(model, args, kwargs, trace, hyper: str, *, schedule: str, damping: float | None, num_samples: int,

@@ -82,5 +82,3 @@ def test_a_scale_prior_must_be_proper_positive_and_scalar():
         inference.laplace(probit_regression, X, Y_BIN, prior_scale=dist.HalfNormal(np.ones(3)), hyper="map")
     with pytest.raises(ValueError, match=r"hyperparameter sites \['prior_scale'\]"):
         inference.ep(probit_regression, X, Y_BIN, prior_scale=dist.HalfNormal(1.0), progress=False)
-    with pytest.raises(ValueError, match=r"observed site\(s\) \['y'\].*latent Gaussian prior only"):
-        inference.ep(linear_regression, X, Y_LIN, noise_scale=dist.HalfNormal(1.0), hyper="map", progress=False)
