@@ -9,7 +9,7 @@ residuals ``f = G(x) - x``: ``x_new = G(x) - dG gamma`` with ``gamma`` the least
 ``f`` by the residual differences ``dF``; where ``G(x) = x`` it is ``G(x)``, so the fixed point is
 EP's. The marginals are computed once, at ``x_new``; an extrapolation whose global Gaussian is not
 valid (or not finite) falls back to the plain sweep (`update.update_parallel`, with its step
-halving) and clears the history. Convergence is judged on the residual (`update._change` between
+halving) and clears the history. Convergence is judged on the residual (`update.site_change` between
 ``x`` and ``G(x)``), as plain EP judges its undamped step.
 
 Used by the hyperparameter search (`inference.hyper.ep_fit`), which runs EP from warm sites at
@@ -36,7 +36,7 @@ from jax import lax
 from inference.ep.gaussian import site_moments
 from inference.ep.problem import tilted
 from inference.ep.state import EPState
-from inference.ep.update import _change, _targets, cavity, update_parallel
+from inference.ep.update import _targets, cavity, site_change, update_parallel
 
 MEMORY = 5  # residual differences kept
 
@@ -79,7 +79,7 @@ def sweep(problem, state: EPState, h: History):
     cm, cv, ok = cavity(state.mean, state.var, state.tau, state.nu)
     log_z, mt, vt = tilted(problem, cm, cv)
     tau_t, nu_t, _ = _targets(log_z, mt, vt, cm, cv, ok, state.tau, state.nu)
-    change = _change(state.tau, state.nu, tau_t, nu_t, state.var)
+    change = site_change(state.tau, state.nu, tau_t, nu_t, state.var)
     n = state.tau.shape[0]
     x_new, h_new = mix(h, jnp.concatenate([state.tau, state.nu]), jnp.concatenate([tau_t, nu_t]))
     tau, nu = x_new[:n], x_new[n:]

@@ -24,8 +24,10 @@ into NaN; in the parallel schedule a joint update that would make the posterior 
 possible with ``"allow"``) falls back to keeping every site whose precision would decrease, which
 is provably proper, and counts those as skipped.
 ``damping`` is the fraction of each site update taken, in (0, 1] (1: plain EP), as in
-`inference.ep`. Convergence: the largest relative
-change ``|new - old| / (1 + |new|)`` of any site parameter falls below ``tol``.
+`inference.ep`. Convergence is `inference.ep`'s rule (`_change`): the largest effect of a sweep's
+site updates on their own marginals beyond what round-off alone moves them by
+(`inference.ep.update.site_change` for ``f``; for ``eps`` the relative change of the Beta's ``a``
+and ``b``) falls below ``tol``.
 
 Everything runs in one jitted ``lax.while_loop`` over a NamedTuple state; ``damping``, ``tol`` and
 ``max_iter`` are traced (tuning them never recompiles); the schedule is structure.
@@ -56,6 +58,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
 from inference import _options
+from inference.ep import update
 from inference.bayes_machine_model import jittered_cholesky
 
 SCHEDULES = ("parallel", "sequential")
@@ -169,7 +172,7 @@ def _site_proposals(mean, var, tau, nu, site_a, site_b, a, b, t, offset, fixed_e
         tau_p = jnp.where(clipped, 0.0, tau_p)
     if learn:
         ok &= (a_new > 0) & (b_new > 0) & jnp.isfinite(a_p) & jnp.isfinite(b_p)
-    return (tau_p, nu_p, a_p, b_p), ok, (log_z, m_c, v_c, a_c, b_c, clipped)
+    return (tau_p, nu_p, a_p, b_p), ok, (log_z, m_c, v_c, a_c, b_c, clipped, mu_hat, var_hat, a_new, b_new)
 
 
 class _Gaussian(NamedTuple):
@@ -234,18 +237,35 @@ class _Consts(NamedTuple):
     fixed_eps: jax.Array
 
 
-def _change(old, new):
-    """Largest relative change ``|new - old| / (1 + |new|)`` over all site parameters (relative, so
-    sites with very large precisions are judged at the precision they carry)."""
-    return jnp.max(jnp.stack([jnp.max(jnp.abs(n - o) / (1.0 + jnp.abs(n)), initial=0.0)
-                              for o, n in zip(old, new)]))
+def _floor(var, extra, a, b, learn: bool):
+    """Per-site round-off allowances of `_change`: `inference.ep.update.roundoff` for ``f``'s
+    site, and ``ROUNDOFF`` epsilons of ``(a_tilted + a_cavity) / a`` (and of b) for eps's."""
+    _, m_c, v_c, a_c, b_c, _, mu_hat, var_hat, a_new, b_new = extra
+    f = update.roundoff(var, mu_hat, var_hat, m_c, v_c)
+    if not learn:
+        return f, jnp.zeros_like(f)
+    eps = jnp.finfo(var.dtype).eps
+    amp = jnp.maximum((jnp.abs(a_new) + jnp.abs(a_c)) / a, (jnp.abs(b_new) + jnp.abs(b_c)) / b)
+    return f, jnp.where(jnp.isfinite(amp), update.ROUNDOFF * eps * amp, 0.0)
+
+
+def _change(old, new, var, a, b, floor, learn: bool):
+    """`inference.ep`'s convergence measure: the largest effect of a site update on its own
+    marginal beyond round-off (``floor``: `_floor`), scale-free. For ``f`` that is
+    `inference.ep.update.site_change` at marginal variances ``var``; for ``eps`` the relative change
+    ``|d a_i| / a``, ``|d b_i| / b`` of the Beta ``(a, b)`` each site's exponents add to."""
+    change = update.site_change(old[0], old[1], new[0], new[1], var, floor[0])
+    if not learn:
+        return change
+    each = jnp.maximum(jnp.abs(new[2] - old[2]) / a, jnp.abs(new[3] - old[3]) / b)
+    return jnp.maximum(change, jnp.max(jnp.maximum(each - floor[1], 0.0), initial=0.0))
 
 
 def _parallel_update(state: BMState, c: _Consts, damping, learn: bool, clip: bool) -> BMState:
     old = (state.tau, state.nu, state.site_a, state.site_b)
     prop, ok, extra = _site_proposals(state.mean, state.var, *old, state.a, state.b, c.t, c.offset, c.fixed_eps,
                                       learn, clip)
-    num_clipped = jnp.sum(extra[-1]).astype(jnp.int32)
+    num_clipped = jnp.sum(extra[5]).astype(jnp.int32)
     new = tuple(jnp.where(ok, damping * p + (1.0 - damping) * o, o) for p, o in zip(prop, old))
     if not learn:
         new = (new[0], new[1], old[2], old[3])
@@ -270,7 +290,9 @@ def _parallel_update(state: BMState, c: _Consts, damping, learn: bool, clip: boo
     failed = ~good
     sites = tuple(jnp.where(failed, o, s) for o, s in zip(old, sites))
     mean, var, a, b = (jnp.where(failed, o, p) for o, p in zip((state.mean, state.var, state.a, state.b), post))
-    return BMState(*sites, mean, var, a, b, state.iteration + 1, _change(old, sites),
+    floor = tuple(jnp.where(ok, f, 0.0) for f in _floor(state.var, extra, state.a, state.b, learn))
+    change = _change(old, sites, state.var, state.a, state.b, floor, learn)
+    return BMState(*sites, mean, var, a, b, state.iteration + 1, change,
                    state.num_skipped + skipped.astype(jnp.int32), num_clipped, failed)
 
 
@@ -278,11 +300,11 @@ def _sequential_update(state: BMState, c: _Consts, damping, learn: bool, clip: b
     old = (state.tau, state.nu, state.site_a, state.site_b)
 
     def body(i, carry):
-        tau, nu, sa, sb, mean, cov, a, b, skipped, clipped = carry
+        tau, nu, sa, sb, mean, cov, a, b, skipped, clipped, f_floor, e_floor = carry
         var_i = cov[i, i]
         prop, ok, extra = _site_proposals(mean[i], var_i, tau[i], nu[i], sa[i], sb[i], a, b, c.t[i],
                                           c.offset[i], c.fixed_eps, learn, clip)
-        clipped = clipped + extra[-1].astype(jnp.int32)
+        clipped = clipped + extra[5].astype(jnp.int32)
         cur = (tau[i], nu[i], sa[i], sb[i])
         new = [damping * p + (1.0 - damping) * o for p, o in zip(prop, cur)]
         d_tau, d_nu = new[0] - cur[0], new[1] - cur[1]
@@ -297,14 +319,16 @@ def _sequential_update(state: BMState, c: _Consts, damping, learn: bool, clip: b
         denom = jnp.where(ok, denom, 1.0)
         cov = cov - (d_tau / denom) * jnp.outer(s, s)
         mean = mean + ((d_nu - d_tau * mean[i]) / denom) * s
+        ff, fe = _floor(var_i, extra, a, b, learn)
         return (tau.at[i].add(d_tau), nu.at[i].add(d_nu), sa.at[i].add(d_a), sb.at[i].add(d_b),
-                mean, cov, a + d_a, b + d_b, skipped + (~ok).astype(jnp.int32), clipped)
+                mean, cov, a + d_a, b + d_b, skipped + (~ok).astype(jnp.int32), clipped,
+                f_floor.at[i].set(jnp.where(ok, ff, 0.0)), e_floor.at[i].set(jnp.where(ok, fe, 0.0)))
 
     zero = jnp.zeros((), jnp.int32)
     mean0, cov0, chol0 = _posterior(c.L, state.tau, state.nu)  # the sweep's rank-one updates act on these
     valid = jnp.all(jnp.isfinite(chol0)) & jnp.all(jnp.isfinite(cov0))
-    carry = (*old, mean0, cov0, state.a, state.b, zero, zero)
-    tau, nu, sa, sb, _, _, _, _, skipped, num_clipped = jax.lax.fori_loop(0, c.t.shape[0], body, carry)
+    carry = (*old, mean0, cov0, state.a, state.b, zero, zero, jnp.zeros_like(state.tau), jnp.zeros_like(state.tau))
+    tau, nu, sa, sb, _, _, _, _, skipped, num_clipped, *floor = jax.lax.fori_loop(0, c.t.shape[0], body, carry)
     # Marginals afresh from the sites: rank-one updates accumulate round-off.
     mean, var, good = _marginals(c.L, c.K, tau, nu)
     a, b = c.a0 + jnp.sum(sa), c.b0 + jnp.sum(sb)
@@ -312,7 +336,8 @@ def _sequential_update(state: BMState, c: _Consts, damping, learn: bool, clip: b
     sites = tuple(jnp.where(failed, o, s) for o, s in zip(old, (tau, nu, sa, sb)))
     mean, var = jnp.where(failed, state.mean, mean), jnp.where(failed, state.var, var)
     a, b = jnp.where(failed, state.a, a), jnp.where(failed, state.b, b)
-    return BMState(*sites, mean, var, a, b, state.iteration + 1, _change(old, sites),
+    change = _change(old, sites, var, a, b, floor, learn)
+    return BMState(*sites, mean, var, a, b, state.iteration + 1, change,
                    state.num_skipped + skipped.astype(jnp.int32), num_clipped, failed)
 
 
@@ -330,7 +355,7 @@ def log_evidence(state: BMState, chol_B, c: _Consts, learn: bool):
     its `_posterior` factor). Returns ``(log Z, number of sites whose cavity is improper)`` (those
     terms are left out)."""
     var = state.var
-    _, ok, (log_z, m_c, v_c, a_c, b_c, _) = _site_proposals(
+    _, ok, (log_z, m_c, v_c, a_c, b_c, *_) = _site_proposals(
         state.mean, var, state.tau, state.nu, state.site_a, state.site_b, state.a, state.b,
         c.t, c.offset, c.fixed_eps, learn)
     log_c = 0.5 * jnp.log(var / v_c) + 0.5 * state.mean**2 / var - 0.5 * m_c**2 / v_c

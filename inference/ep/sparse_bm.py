@@ -161,7 +161,7 @@ def _scores(K, t, offset, active, res: bm.BMResult, f_mean, f_var, fixed_eps, le
     put = lambda v: jnp.zeros(n, K.dtype).at[active].set(v)  # noqa: E731
     tau, nu, sa, sb = put(res.tau), put(res.nu), put(res.site_a), put(res.site_b)
     a, b = (res.eps_a, res.eps_b) if learn else (jnp.ones((), K.dtype), jnp.ones((), K.dtype))
-    _, ok, (_, m_c, v_c, a_c, b_c, _) = bm._site_proposals(f_mean - offset, f_var, tau, nu, sa, sb, a, b, t,
+    _, ok, (_, m_c, v_c, a_c, b_c, *_) = bm._site_proposals(f_mean - offset, f_var, tau, nu, sa, sb, a, b, t,
                                                             offset, fixed_eps, learn)
     score = jnp.where(ok, _score(m_c, v_c, a_c, b_c, t, offset, fixed_eps, learn, criterion), -1.0)
     return score, jnp.zeros(n, bool).at[active].set(True)

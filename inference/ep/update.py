@@ -81,9 +81,9 @@ ROUNDOFF = 10.0  # round-off allowance of a site change, in units of eps times i
 
 
 def roundoff(v, mt, vt, cm, cv):
-    """What round-off alone can move a site by, in `_change`'s units: ``ROUNDOFF`` machine epsilons
+    """What round-off alone can move a site by, in `site_change`'s units: ``ROUNDOFF`` machine epsilons
     times the amplification of its update, ``tau = 1/vt - 1/cv`` and ``nu = mt/vt - cm/cv`` (a
-    difference of terms of size ``1/vt + 1/cv`` and ``|mt|/vt + |cm|/cv``), as `_change` scales it
+    difference of terms of size ``1/vt + 1/cv`` and ``|mt|/vt + |cm|/cv``), as `site_change` scales it
     (by ``v`` and ``sqrt(v)``). ~2 eps for a log-concave site; a site of a heavy-tailed likelihood
     far from its cavity (a Student-t outlier, negative precision) reaches ~50 eps in its mean,
     which kept float32 EP from reaching tol (largest change 1.2e-5 to 2.6e-5 after 400 sweeps,
@@ -104,7 +104,7 @@ def roundoff(v, mt, vt, cm, cv):
     return jnp.where(ok & jnp.isfinite(amp), ROUNDOFF * eps * amp, 0.0)
 
 
-def _change(tau, nu, tau_new, nu_new, v, floor=0.0):
+def site_change(tau, nu, tau_new, nu_new, v, floor=0.0):
     """Largest effect of a site update on its own marginal ``N(m, v)`` beyond round-off
     (``floor``, per site: `roundoff`), in units that do not depend on how the data are scaled:
     the relative change of the marginal precision ``|d tau| v`` and the shift of the marginal mean
@@ -143,7 +143,7 @@ def update_parallel(problem, state: EPState, damping):
     n = state.tau.shape[0]
     skipped = jnp.where(good, n - jnp.sum(ok), n)
     floor = roundoff(v, mt, vt, cm, cv)
-    change = jnp.where(good, _change(state.tau, state.nu, tau, nu, v, floor), jnp.inf)
+    change = jnp.where(good, site_change(state.tau, state.nu, tau, nu, v, floor), jnp.inf)
     log_scale = jnp.where(ok, site_log_scale(log_z, cm, cv, tau, nu), state.log_scale)
     return EPState(tau, nu, log_scale, mean, var), EPInfo(change, skipped, jnp.where(good, step, 0.0))
 
@@ -183,7 +183,7 @@ def update_sequential(problem, state: EPState, damping):
     m1, v1 = marginals(problem, mean1, cov1)
     mean, var, good = site_moments(problem, tau, nu)  # fresh, against round-off drift
     mean, var = jnp.where(good, mean, m1), jnp.where(good, var, v1)
-    change = _change(state.tau, state.nu, tau, nu, var, floor)
+    change = site_change(state.tau, state.nu, tau, nu, var, floor)
     new = EPState(tau, nu, log_scale, mean, var)
     # a state whose global Gaussian cannot be rebuilt (round-off) is kept, and the sweep reported as failed
     new = jax.tree_util.tree_map(lambda a, b: jnp.where(valid, a, b), new, state)
