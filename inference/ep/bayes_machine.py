@@ -58,8 +58,8 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import gammaln, log_ndtr, ndtr
 
 from inference import _options
-from inference.ep import update
 from inference.bayes_machine_model import jittered_cholesky
+from inference.ep import update
 
 SCHEDULES = ("parallel", "sequential")
 NEGATIVE_SITES = ("clip", "allow")
@@ -143,6 +143,22 @@ def tilted(m, v, t, ebar, a, b):
     return log_z, mean, var, m1 * kappa, (1.0 - m1) * kappa
 
 
+class _Tilted(NamedTuple):
+    """What `_site_proposals` computes besides the proposals: the tilted normaliser, the cavity
+    (``m_c, v_c`` of f, ``a_c, b_c`` of eps), the clipped sites and the tilted moments."""
+
+    log_z: jax.Array
+    m_c: jax.Array
+    v_c: jax.Array
+    a_c: jax.Array
+    b_c: jax.Array
+    clipped: jax.Array
+    mu_hat: jax.Array
+    var_hat: jax.Array
+    a_new: jax.Array
+    b_new: jax.Array
+
+
 def _site_proposals(mean, var, tau, nu, site_a, site_b, a, b, t, offset, fixed_eps, learn, clip=True):
     """Cavities from the marginals and the sites, tilted moments, proposed site parameters and a
     validity flag, vectorised over whichever sites are passed."""
@@ -172,7 +188,7 @@ def _site_proposals(mean, var, tau, nu, site_a, site_b, a, b, t, offset, fixed_e
         tau_p = jnp.where(clipped, 0.0, tau_p)
     if learn:
         ok &= (a_new > 0) & (b_new > 0) & jnp.isfinite(a_p) & jnp.isfinite(b_p)
-    return (tau_p, nu_p, a_p, b_p), ok, (log_z, m_c, v_c, a_c, b_c, clipped, mu_hat, var_hat, a_new, b_new)
+    return (tau_p, nu_p, a_p, b_p), ok, _Tilted(log_z, m_c, v_c, a_c, b_c, clipped, mu_hat, var_hat, a_new, b_new)
 
 
 class _Gaussian(NamedTuple):
@@ -240,12 +256,11 @@ class _Consts(NamedTuple):
 def _floor(var, extra, a, b, learn: bool):
     """Per-site round-off allowances of `_change`: `inference.ep.update.roundoff` for ``f``'s
     site, and ``ROUNDOFF`` epsilons of ``(a_tilted + a_cavity) / a`` (and of b) for eps's."""
-    _, m_c, v_c, a_c, b_c, _, mu_hat, var_hat, a_new, b_new = extra
-    f = update.roundoff(var, mu_hat, var_hat, m_c, v_c)
+    f = update.roundoff(var, extra.mu_hat, extra.var_hat, extra.m_c, extra.v_c)
     if not learn:
         return f, jnp.zeros_like(f)
     eps = jnp.finfo(var.dtype).eps
-    amp = jnp.maximum((jnp.abs(a_new) + jnp.abs(a_c)) / a, (jnp.abs(b_new) + jnp.abs(b_c)) / b)
+    amp = jnp.maximum((jnp.abs(extra.a_new) + jnp.abs(extra.a_c)) / a, (jnp.abs(extra.b_new) + jnp.abs(extra.b_c)) / b)
     return f, jnp.where(jnp.isfinite(amp), update.ROUNDOFF * eps * amp, 0.0)
 
 
@@ -265,7 +280,7 @@ def _parallel_update(state: BMState, c: _Consts, damping, learn: bool, clip: boo
     old = (state.tau, state.nu, state.site_a, state.site_b)
     prop, ok, extra = _site_proposals(state.mean, state.var, *old, state.a, state.b, c.t, c.offset, c.fixed_eps,
                                       learn, clip)
-    num_clipped = jnp.sum(extra[5]).astype(jnp.int32)
+    num_clipped = jnp.sum(extra.clipped).astype(jnp.int32)
     new = tuple(jnp.where(ok, damping * p + (1.0 - damping) * o, o) for p, o in zip(prop, old))
     if not learn:
         new = (new[0], new[1], old[2], old[3])
@@ -304,7 +319,7 @@ def _sequential_update(state: BMState, c: _Consts, damping, learn: bool, clip: b
         var_i = cov[i, i]
         prop, ok, extra = _site_proposals(mean[i], var_i, tau[i], nu[i], sa[i], sb[i], a, b, c.t[i],
                                           c.offset[i], c.fixed_eps, learn, clip)
-        clipped = clipped + extra[5].astype(jnp.int32)
+        clipped = clipped + extra.clipped.astype(jnp.int32)
         cur = (tau[i], nu[i], sa[i], sb[i])
         new = [damping * p + (1.0 - damping) * o for p, o in zip(prop, cur)]
         d_tau, d_nu = new[0] - cur[0], new[1] - cur[1]

@@ -112,7 +112,14 @@ def site_change(tau, nu, tau_new, nu_new, v, floor=0.0):
 
     (An absolute or ``1 + |tau|``-relative measure is not scale-free: with features scaled by 1e-6
     the projections have variance ~1e-12 and the round-off in ``1/v_tilted - 1/v_cavity``, ~1e-5,
-    would keep EP from ever "converging" although the posterior no longer moves.)"""
+    would keep EP from ever "converging" although the posterior no longer moves.)
+
+    Example (two sites at marginal variances 0.25 and 4; the second's mean moves by 0.1 sd):
+        >>> import jax.numpy as jnp
+        >>> tau, nu, v = jnp.array([1.0, 1.0]), jnp.array([0.0, 0.0]), jnp.array([0.25, 4.0])
+        >>> round(float(site_change(tau, nu, tau, jnp.array([0.0, 0.05]), v)), 6)
+        0.1
+    """
     v = jnp.where(v > 0, v, 0.0)
     each = jnp.maximum(jnp.abs(tau_new - tau) * v, jnp.abs(nu_new - nu) * jnp.sqrt(v))
     return jnp.max(jnp.maximum(each - floor, 0.0), initial=0.0)
