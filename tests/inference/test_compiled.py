@@ -464,8 +464,9 @@ def test_a_refit_after_a_global_changed_gives_the_new_answer(engine, monkeypatch
 def test_everything_a_trace_sees_enters_the_key():
     """Closure cells, default arguments, attributes of objects the model reads, and captured
     arrays changed in place each give a new fingerprint (so a refit gives the new answer); the
-    data's values do not."""
-    y = np.random.default_rng(1).normal(size=10)
+    data's values do not. The fits: Laplace on `test_a_refit_after_a_global_changed_gives_the_new_answer`'s
+    data (same shapes: the fits at shift 1 are that test's programs at SCALE = 1)."""
+    y = np.random.default_rng(0).normal(size=20)
 
     class Holder:
         value = 1.0
@@ -654,7 +655,11 @@ def test_float32_fits_are_right_when_default_products_are_tf32(tf32_products):
     'w'", in the exact reference too) and EP's recognition of logistic regression ("not an
     elementwise function of one affine projection"). With the scope they pass (measured errors:
     EP spike-and-slab inclusion 0.006, logistic EP mean 0.05 sd). Here: both fits in float32,
-    against float64 references computed without the emulation's rounding (full precision)."""
+    against float64 references computed without the emulation's rounding (full precision): the
+    exact spike-and-slab posterior, and a stored float64 EP fit of the logistic data
+    (tests/fixtures/make_infra_tf32_reference.py: its mean and sd of w, 2000 draws, seed 0)."""
+    import pathlib
+
     import probmodels
     from inference.spikeslab.exact import enumerate_models
 
@@ -676,9 +681,12 @@ def test_float32_fits_are_right_when_default_products_are_tf32(tf32_products):
 
     Xl = rng.normal(size=(100, 2))
     yl = (rng.random(100) < 1 / (1 + np.exp(-Xl @ np.array([1.0, -2.0])))).astype(int)
-    ep64 = inference.ep(probmodels.logistic_regression, Xl, yl, num_samples=2000, seed=0)  # float64: not rounded
+    reference = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "infra_tf32_logistic_reference.npz"
+    with np.load(reference) as f:
+        np.testing.assert_array_equal(f["Xl"], Xl)  # the reference's data are these
+        np.testing.assert_array_equal(f["yl"], yl)
+        ep64_mean, sd = f["w_mean"], f["w_sd"]  # float64 EP, 2000 draws, seed 0: not rounded
     with jax.enable_x64(False):
         ep32 = inference.ep(probmodels.logistic_regression, Xl, yl, num_samples=2000, seed=0)
-    sd = ep64.samples["w"].reshape(-1, 2).std(0)
     assert ep32.diagnostics["converged"]
-    assert np.all(np.abs(ep32.mean("w") - ep64.mean("w")) < 0.15 * sd)  # same EP, same draws' seed
+    assert np.all(np.abs(ep32.mean("w") - ep64_mean) < 0.15 * sd)  # same EP, same draws' seed

@@ -126,7 +126,8 @@ fit = lambda: inference.mcmc(model, np.array([1.0, 2.0, 0.5, -0.3]), num_warmup=
                              chain_method="parallel", seed=3, progress=False)
 digest = lambda post: hashlib.sha256(np.asarray(post.samples["mu"]).tobytes()).hexdigest()[:16]
 directory = sys.argv[1]
-if directory.startswith("plain+"):  # first a fit with the cache off (nothing kept), then as a new process would
+if directory.startswith("plain+"):  # first a fit with the program cache off (nothing kept), then as a new process would
+    compiled.cache_dir = lambda: None
     post = fit()
     print("PLAIN", len(exports), digest(post), post.diagnostics["chain_method"])
     compiled.clear()
@@ -148,16 +149,17 @@ def model(y):
 
 def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
     """Fresh interpreters (``PYTHONHASHSEED=random``, chains on two devices): the second reads the
-    first's program instead of exporting it and gets the draws of a fit without the cache (run in
-    the first interpreter before its cache was switched on, with nothing kept); an edit of the
-    model's file writes a new program with other draws."""
+    first's program instead of exporting it and gets the draws of a fit without the program cache
+    (run in the first interpreter before its program cache was switched on, with nothing kept); an
+    edit of the model's file writes a new program with other draws. The interpreters share a
+    compilation cache of their own, as a user's processes do (it was off: each compiled anew)."""
     (tmp_path / "program_model.py").write_text(_MODEL)
     cache = tmp_path / "cache"
     cache.mkdir()
     plains = []
 
     def child(directory):
-        env = {**os.environ, "INFERENCE_COMPILATION_CACHE": "0", "PYTHONHASHSEED": "random",
+        env = {**os.environ, "INFERENCE_COMPILATION_CACHE": str(tmp_path / "xla"), "PYTHONHASHSEED": "random",
                "XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false"}
         out = subprocess.run([sys.executable, "-c", _SCRIPT, directory, str(tmp_path)], env=env,
                              capture_output=True, text=True, timeout=300)
