@@ -357,14 +357,15 @@ def test_predict_gp_needs_the_training_hyperparameters(gp_data):
     assert post.predict(X[:3], variance=2.0)["f"].shape[-1] == 3
 
 
-def test_runs_under_float32():
+def test_runs_under_float32(probit_data):
     # Everything runs with JAX's default single precision too (closed forms and quadrature).
-    X = np.random.default_rng(0).normal(size=(30, 2)).astype(np.float32)
-    y = (X[:, 0] > 0).astype(np.float32)
+    # The module's probit data and default draws (was 30 points, 50 draws): the float32 programs
+    # of test_a_refit_on_new_data_with_another_seed_compiles_nothing[float32] are reused.
+    X, y = probit_data[0].astype(np.float32), probit_data[1].astype(np.float32)
     # (quadrature sites in float32: test_float32_runs_to_a_tolerance_it_can_reach by default, the
     # slow test_runs_under_float32_with_quadrature_sites here)
     with jax.enable_x64(False):
-        post = ep(probit_regression, X, y, tol=1e-4, num_samples=50, **QUIET)
+        post = ep(probit_regression, X, y, tol=1e-4, **QUIET)
     assert post.diagnostics["converged"] and np.all(np.isfinite(post.approximation["mean"]))
     assert post.diagnostics["site_kinds"]["y"] == "probit"
 
