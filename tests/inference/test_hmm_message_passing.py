@@ -369,8 +369,9 @@ def test_batch_with_one_underflowing_sequence_is_repaired_per_sequence():
     fused_one = jitted(_fused_one, ("backward", "pairs"))
     assert not bool(fused_one(li, lt, le_bad, mask, backward=True, pairs=True)[1])
     assert bool(fused_one(li, lt, le_good, mask, backward=True, pairs=True)[1])
-    batch = np.stack([le_good, le_bad, le_bad])
-    lengths = np.array([8, 8, 2])  # the third: underflow at step 1, then padding
+    # the third: underflow at step 1, then padding; (4, 8) like padded_batch(): its smoother's program
+    batch = np.stack([le_good, le_bad, le_bad, le_good[::-1]])
+    lengths = np.array([8, 8, 2, 5])
     sm = host(hmm.smoother(li, lt, batch, lengths=lengths))
     fb = host(hmm.forward_backward(li, lt, batch, lengths=lengths))
     pair = np.asarray(hmm.pairwise_marginals(li, lt, batch, lengths=lengths))
@@ -386,15 +387,20 @@ def test_batch_with_one_underflowing_sequence_is_repaired_per_sequence():
 
 
 # ----------------------------------------------------------------------------- log likelihood on accelerators
+@functools.lru_cache(maxsize=None)
+def value_and_grads(fn):
+    """``fn(log_init, log_trans, log_emission, mask)`` and its gradient in log_trans and
+    log_emission under jit: one program per shape and dtype, 8 here (closing over log_init and the
+    mask as constants compiled one per call: 14)."""
+    return jax.jit(jax.value_and_grad(fn, argnums=(1, 2)))
+
+
 def tree_and_scan(li, lt, le, mask):
     """Value and gradient (in log_trans and log_emission) of both exact log likelihoods."""
     from inference.hmm.forward_backward import _scan_log_likelihood
 
-    out = []
-    for fn in (par_passes.sequence_log_likelihood, _scan_log_likelihood):
-        vg = jax.value_and_grad(lambda t, e, fn=fn: fn(li, t, e, mask), argnums=(0, 1))
-        out.append(host(jax.jit(vg)(lt, le)))
-    return out
+    return [host(value_and_grads(fn)(li, lt, le, mask))
+            for fn in (par_passes.sequence_log_likelihood, _scan_log_likelihood)]
 
 
 @pytest.mark.parametrize("num_steps,seed", [(1, 0), (2, 1), (8, 0), (8, 1)])

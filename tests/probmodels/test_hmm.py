@@ -32,7 +32,13 @@ def simulate(num_steps, seed, emission="gaussian", trans=TRANS):
 
 
 def trace(obs, **kw):
-    return handlers.trace(handlers.seed(hmm, 0)).get_trace(obs, **kw)
+    """The model run with each latent at a seeded uniform point of its unconstrained space (as
+    `point_trace`, without its fallback to prior draws): the input checks raise all the same, and
+    the three prior checks, which come after the init and trans sites, compile no Dirichlet
+    sampler (~4 s of CPU in a new process)."""
+    from numpyro.infer import init_to_uniform
+
+    return handlers.trace(handlers.substitute(handlers.seed(hmm, 0), substitute_fn=init_to_uniform)).get_trace(obs, **kw)
 
 
 def point_trace(obs, **kw):
