@@ -161,20 +161,24 @@ def test_a_refit_with_another_seed_compiles_nothing(simulated, dtype):
     """A sparse corpus (keyed by its contents; a dense one needs concrete values and stays a
     constant of per-call programs): every program of a refit is kept, the key an argument (the
     Dirichlet concentrations were read by a fresh ``jax.jit`` per fit: one compilation, most of
-    a 2.3 s refit of the demo's Reuters case). In float32 (JAX's default) as in float64."""
-    counts = scipy.sparse.csr_matrix(simulated.counts)
+    a 2.3 s refit of the demo's Reuters case). In float32 (JAX's default) as in float64, each on
+    the corpus and sizes its dtype's other fits use (float64: `fits`; float32: `_separated(0)` of
+    the float32 tests below), so most programs of the first fit are compiled once for both."""
+    corpus, num_topics, num_samples = (simulated, 5, 200) if dtype == "float64" else (_separated(0), 3, 50)
+    counts = scipy.sparse.csr_matrix(corpus.counts)
+    kw = dict(num_topics=num_topics, method="batch", num_samples=num_samples, progress=False)
     with jax.enable_x64(dtype == "float64"):
-        inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=3, progress=False)
+        inference.vi(lda, counts, seed=3, **kw)
         compiles = []
         listener = lambda event, secs, **kw: compiles.append(event) if "backend_compile" in event else None  # noqa: E731
         jax.monitoring.register_event_duration_secs_listener(listener)
         try:
-            post = inference.vi(lda, counts, num_topics=5, method="batch", num_samples=200, seed=4, progress=False)
+            post = inference.vi(lda, counts, seed=4, **kw)
         finally:
             jax._src.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
     assert post.diagnostics["converged"] and post.samples["topics"].dtype == np.dtype(dtype)
-    assert _topic_tv(simulated.topics, post.approximation["topics_concentration"]).mean() < 0.1
+    assert _topic_tv(corpus.topics, post.approximation["topics_concentration"]).mean() < 0.1
 
 
 @pytest.mark.parametrize("corpus_seed", [1, pytest.param(2, marks=pytest.mark.slow)])  # each corpus: own compiles
@@ -190,6 +194,19 @@ def test_recovery_holds_across_seeds_and_corpora(method, corpus_seed):
         state, _ = fit(data, num_docs, vocab_size, num_topics=5, alpha=0.1, eta=0.01, method=method, seed=seed)
         worst = max(worst, _topic_tv(corpus.topics, np.asarray(state.lam)).mean())
     assert worst < 0.1
+
+
+_LOG_JOINT = {}
+
+
+def _log_joint(counts, num_topics, values):
+    """``log_density(lda, (counts,), ...)`` at ``values``: one compiled program per corpus (kept
+    alive here, so its ``id`` is not reused) and K, shared by both methods' tests (run eagerly,
+    each of its ~70 operations was compiled apart)."""
+    key = (id(counts), num_topics)
+    if key not in _LOG_JOINT:
+        _LOG_JOINT[key] = jax.jit(lambda v: log_density(lda, (counts,), dict(num_topics=num_topics), v)[0])
+    return _LOG_JOINT[key](values)
 
 
 @pytest.mark.parametrize("method", ["batch", "online"])
@@ -210,8 +227,7 @@ def test_posterior_contract(simulated, fits, method, tmp_path):
         assert np.all(np.isfinite(post.sample_stats[name]))
     # lp is the model's log joint at the draw; log_q the Dirichlet densities of q there.
     draw = {k: v[0, 0] for k, v in post.samples.items()}
-    lp, _ = log_density(lda, (counts,), dict(num_topics=5), draw)
-    np.testing.assert_allclose(post.sample_stats["lp"][0, 0], lp, rtol=1e-10)
+    np.testing.assert_allclose(post.sample_stats["lp"][0, 0], _log_joint(counts, 5, draw), rtol=1e-10)
     gamma = post.approximation["theta_concentration"]
     log_q = sum(scipy.stats.dirichlet.logpdf(x, c) for x, c in zip(draw["theta"], gamma))
     log_q += sum(scipy.stats.dirichlet.logpdf(x / x.sum(), c) for x, c in zip(draw["topics"], lam))

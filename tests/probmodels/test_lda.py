@@ -41,12 +41,18 @@ def test_document_log_likelihood_equals_enumeration_over_topic_assignments():
 
 def test_log_joint_is_dirichlet_priors_plus_likelihood():
     theta, topics = _random_point(1, 3, 2, 3)
-    lp, tr = log_density(lda, (TINY,), dict(num_topics=2, alpha=0.3, eta=0.7), {"theta": theta, "topics": topics})
+
+    @jax.jit  # one compiled program (run eagerly, log_density compiled each of its operations apart)
+    def run(p):
+        lp, tr = log_density(lda, (TINY,), dict(num_topics=2, alpha=0.3, eta=0.7), p)
+        return lp, tr["counts"]["fn"].log_prob(tr["counts"]["value"])
+
+    lp, per_document = run({"theta": theta, "topics": topics})
     prior = sum(scipy.stats.dirichlet.logpdf(t, np.full(3, 0.7)) for t in topics)
     prior += sum(scipy.stats.dirichlet.logpdf(t, np.full(2, 0.3)) for t in theta)
     loglik = np.sum(TINY * np.log(theta @ topics))
     np.testing.assert_allclose(lp, prior + loglik, rtol=1e-12)
-    assert tr["counts"]["fn"].log_prob(tr["counts"]["value"]).shape == (3,)  # one term per document
+    assert per_document.shape == (3,)  # one term per document
 
 
 def test_dense_sparse_and_triplet_inputs_agree():
@@ -54,11 +60,12 @@ def test_dense_sparse_and_triplet_inputs_agree():
     inputs = [TINY, TINY.astype(float), scipy.sparse.csr_matrix(TINY), scipy.sparse.coo_matrix(TINY),
               (doc, word, TINY[doc, word]), (np.r_[doc, 0], np.r_[word, 0], np.r_[TINY[doc, word] - (doc == 0) * (word == 0), 1])]
     theta, topics = _random_point(2, 3, 2, 3)
-    ref = None
-    for counts in inputs:  # the last one splits entry (0, 0) into two triplets, which are summed
-        lp, _ = log_density(lda, (counts,), dict(num_topics=2), {"theta": theta, "topics": topics})
-        ref = lp if ref is None else ref
-        np.testing.assert_allclose(lp, ref, rtol=1e-12)
+    # the last one splits entry (0, 0) into two triplets, which are summed; one compiled program
+    # for the six (run eagerly, log_density compiled each of its operations apart)
+    lps = jax.jit(lambda p: [log_density(lda, (counts,), dict(num_topics=2), p)[0] for counts in inputs])(
+        {"theta": theta, "topics": topics})
+    for lp in lps:
+        np.testing.assert_allclose(lp, lps[0], rtol=1e-12)
 
 
 @pytest.mark.parametrize("counts, match", [
@@ -95,9 +102,15 @@ def test_bad_hyperparameters(kwargs, error, match):
 def test_subsampled_log_joint_is_scaled_by_documents_over_batch():
     corpus = lda_corpus(12, vocab_size=6, num_topics=2, seed=3)
     theta, topics = _random_point(3, 12, 2, 6)
-    with numpyro.handlers.seed(rng_seed=5):
-        lp, tr = log_density(lda, (corpus.counts,), dict(num_topics=2, batch_size=4), {"theta": theta[:4], "topics": topics})
-    idx = np.asarray(tr["document"]["value"])
+
+    @jax.jit  # one compiled program (run eagerly, log_density compiled each of its operations apart)
+    def run(p):
+        with numpyro.handlers.seed(rng_seed=5):
+            lp, tr = log_density(lda, (corpus.counts,), dict(num_topics=2, batch_size=4), p)
+        return lp, tr["document"]["value"]
+
+    lp, idx = run({"theta": theta[:4], "topics": topics})
+    idx = np.asarray(idx)
     assert len(idx) == 4 and len(set(idx.tolist())) == 4
     local = np.sum(corpus.counts[idx] * np.log(theta[:4] @ topics), axis=1)
     local += [scipy.stats.dirichlet.logpdf(t, np.full(2, 0.1)) for t in theta[:4]]
@@ -111,7 +124,8 @@ def test_sampled_documents_have_the_given_lengths_and_word_frequencies():
     theta, topics = _random_point(4, 3, 2, 10)
     lengths = np.array([5, 40, 17])
     d = DocumentWords(theta, topics, lengths, num_slots=4, max_length=40)
-    pairs = np.asarray(d.sample(jax.random.PRNGKey(0), (2000,)))  # (2000, 3, 40, 2) token pairs
+    # (2000, 3, 40, 2) token pairs; one compiled program (run eagerly, each operation compiled apart)
+    pairs = np.asarray(jax.jit(d.sample, static_argnums=1)(jax.random.PRNGKey(0), (2000,)))
     assert pairs.shape == (2000, 3, 40, 2)
     np.testing.assert_array_equal(pairs[..., 1].sum(-1), np.broadcast_to(lengths, (2000, 3)))
     probs = theta @ topics
