@@ -17,14 +17,17 @@ import probmodels
 from probmodels import kernels
 
 rng = np.random.default_rng(11)
-X_SEP = rng.normal(size=(40, 2))
+# The fits below share n = 60, two features and 2000 draws, so the float64 probit ones (separable,
+# scaled features, single vs double precision) reuse each other's compiled programs
+N, DRAWS = 60, 2000
+X_SEP = rng.normal(size=(N, 2))
 Y_SEP = (X_SEP[:, 0] + X_SEP[:, 1] > 0).astype(int)  # perfectly separable
 
 
 @pytest.mark.parametrize("model", [probmodels.logistic_regression, probmodels.probit_regression])
 @pytest.mark.parametrize("engine", ["laplace", "ep"])
 def test_separable_data_with_a_proper_prior_gives_a_finite_posterior(model, engine):
-    post = getattr(inference, engine)(model, X_SEP, Y_SEP, num_samples=200, progress=False)
+    post = getattr(inference, engine)(model, X_SEP, Y_SEP, num_samples=DRAWS, progress=False)
     w = post.samples["w"]
     assert np.all(np.isfinite(w)) and np.isfinite(post.log_evidence)
     assert post.diagnostics["converged"]
@@ -50,13 +53,13 @@ def test_separable_data_with_a_flat_prior_is_reported_not_nan():
 def test_features_scaled_by_powers_of_ten(scale, engine):
     """Probit with features scaled by ``scale``: EP and Laplace agree on the scaled weights
     (``w * scale`` is what the data identify when ``scale`` is large; the prior when small)."""
-    X = rng.normal(size=(60, 2))
-    y = (X @ np.array([1.0, -1.0]) + 0.5 * rng.normal(size=60) > 0).astype(int)
-    post = getattr(inference, engine)(probmodels.probit_regression, X * scale, y, num_samples=400,
+    X = rng.normal(size=(N, 2))
+    y = (X @ np.array([1.0, -1.0]) + 0.5 * rng.normal(size=N) > 0).astype(int)
+    post = getattr(inference, engine)(probmodels.probit_regression, X * scale, y, num_samples=DRAWS,
                                       progress=False)
     w = post.samples["w"]
     assert np.all(np.isfinite(w)) and np.isfinite(post.log_evidence)
-    ref = inference.ep(probmodels.probit_regression, X, y, prior_scale=scale, num_samples=400,
+    ref = inference.ep(probmodels.probit_regression, X, y, prior_scale=scale, num_samples=DRAWS,
                        progress=False)  # the same model written in unscaled features
     # regression (found by this test): EP's convergence measure was not scale-free, and with
     # features ~1e-6 round-off kept it from converging; now both runs converge
@@ -74,9 +77,9 @@ def test_features_scaled_by_powers_of_ten(scale, engine):
 def test_single_precision_matches_double(engine):
     """float32 and float64 fits agree (VI with the slow checks: the defaults matrix's
     probit_regression-vi cells hold float32 VI to the exact posterior by default)."""
-    X = rng.normal(size=(50, 2))
-    y = (X[:, 0] - 0.5 * X[:, 1] + 0.3 * rng.normal(size=50) > 0).astype(int)
-    opts = {"num_samples": 2000, "progress": False}
+    X = rng.normal(size=(N, 2))
+    y = (X[:, 0] - 0.5 * X[:, 1] + 0.3 * rng.normal(size=N) > 0).astype(int)
+    opts = {"num_samples": DRAWS, "progress": False}
     if engine == "vi":
         opts.update(guide="mvn", steps=4000, learning_rate=0.02)
     with warnings.catch_warnings():
