@@ -14,6 +14,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from _stored_reference import data_digest
 from jax.scipy.stats import norm
 
 from inference.ep.driver import ep
@@ -24,13 +25,8 @@ REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "ep_nu
 def nuts_reference(case, *data):
     """The stored NUTS mean, SD and ESS per coordinate for `case`, after checking that it was made
     on these data (the make script rebuilds them with the functions of this module)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for a in data:
-        h.update(np.ascontiguousarray(np.asarray(a, dtype=np.float64)).tobytes())
     with np.load(REFERENCE) as f:
-        assert str(f[f"{case}_data"]) == h.hexdigest(), "data changed: rerun tests/fixtures/make_ep_nuts_reference.py"
+        assert str(f[f"{case}_data"]) == data_digest(*data), "data changed: rerun tests/fixtures/make_ep_nuts_reference.py"
         return f[f"{case}_mean"], f[f"{case}_sd"], f[f"{case}_ess"]
 
 

@@ -5,7 +5,6 @@ The default test holds EP to a stored long MCMC run (4 x 12,000 Gibbs scans, see
 tests/fixtures/make_ss_probit_reference.py) within 0.05 flat; the slow test (``-m slow``,
 ``RUN_SLOW=1``) runs that MCMC itself, on two data seeds."""
 
-import hashlib
 import os
 import pathlib
 
@@ -15,6 +14,7 @@ from numpyro.diagnostics import effective_sample_size
 
 from inference._model import trace_model
 from inference.spikeslab import ep_posterior, mcmc_posterior
+from _stored_reference import data_digest
 from probmodels.spike_slab import spike_and_slab_probit
 
 REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "ss_probit_reference.npz"
@@ -32,14 +32,6 @@ def _genes(seed, n=60, d=500, n_test=200, shift=1.0):
     Xt = rng.normal(size=(n_test, d))
     Xt[:, :5] += shift * yt[:, None] * sign
     return X, y, Xt
-
-
-def data_digest(*arrays):
-    """SHA-256 of the arrays' float64 bytes: the stored reference belongs to these data."""
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
-    return h.hexdigest()
 
 
 def _ep(X, y, Xt):
