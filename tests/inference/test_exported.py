@@ -57,7 +57,7 @@ def test_the_fingerprint_follows_what_the_model_computes_not_the_data_values(mon
 
 def _count_exports(monkeypatch, cache=None) -> list:
     """A list that grows by one per `jax.export.export` call; with ``cache``, programs are kept in
-    that directory (the suite runs with the persistent cache off)."""
+    that directory (not the run's own cache, which the suite switches on: tests/conftest.py)."""
     exports = []
     real = jax.export.export
     monkeypatch.setattr(jax.export, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
@@ -66,11 +66,21 @@ def _count_exports(monkeypatch, cache=None) -> list:
     return exports
 
 
+def _plain(fit, monkeypatch):
+    """``fit()`` with the persistent cache off (no program kept or read back: traced), the
+    in-process programs forgotten before and after."""
+    compiled.clear()
+    with monkeypatch.context() as m:
+        m.setattr(compiled, "cache_dir", lambda: None)
+        out = fit()
+    compiled.clear()
+    return out
+
+
 def _refits(fit, monkeypatch, cache):
     """``(plain, [(post, exports so far)] * 2)``: ``fit()`` with the cache off, then twice with
     programs kept in ``cache``, each time with the in-process programs forgotten (a new process)."""
-    compiled.clear()
-    plain = fit()
+    plain = _plain(fit, monkeypatch)
     exports = _count_exports(monkeypatch, cache=cache)
     runs = []
     for _ in range(2):
@@ -88,13 +98,14 @@ def _draws(post):
 def test_a_kept_program_is_read_back_and_gives_the_same_draws(tmp_path, monkeypatch):
     """First fit: exported and written; after the in-memory programs are gone (a new process) it is
     read back, not traced, and the draws are bitwise those of the program traced without the
-    cache. A file that does not deserialize is replaced; a progress bar (a host callback) is never
-    kept."""
+    cache. A file that does not deserialize is replaced; a program with a progress bar (a host
+    callback, which cannot be exported) is run but never kept."""
+    from inference import progress
+
     y = np.array([1.0, 2.0, 0.5, -0.3])
     fit = lambda **kw: inference.mcmc(_normal_mean, y, num_warmup=30, num_samples=20, num_chains=1,  # noqa: E731
                                       seed=3, **{"progress": False, **kw})
-    compiled.clear()
-    plain = _draws(fit())  # cache off: traced, not kept
+    plain = _draws(_plain(fit, monkeypatch))  # traced, not kept
     exports = _count_exports(monkeypatch, cache=tmp_path)
     compiled.clear()
     assert _draws(fit()) == plain and len(exports) == 1
@@ -107,7 +118,15 @@ def test_a_kept_program_is_read_back_and_gives_the_same_draws(tmp_path, monkeypa
     assert _draws(fit()) == plain and len(exports) == 2  # exported again
     assert files[0].read_bytes() != b"not a program"
     compiled.clear()
-    fit(progress=True)
+    from inference import chains
+
+    monkeypatch.setattr(chains, "_SECONDS", {})  # unmeasured: a bar is offered (a run known short gets none)
+    updates = []
+    real_update = progress.Bar.update
+    monkeypatch.setattr(progress.Bar, "update", lambda self, n=1, **kw: updates.append(n) or real_update(self, n, **kw))
+    assert _draws(fit(progress=True)) == plain
+    assert sum(updates) >= 50  # the bar's callback ran in the program (30 + 20 iterations) ...
+    # ... and that program was neither kept nor read: the one file is the program without the bar
     assert len(exports) == 2 and len([p for p in tmp_path.iterdir() if p.name.startswith(exported.PREFIX)]) == 1
     compiled.clear()
 
