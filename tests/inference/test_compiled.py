@@ -148,7 +148,7 @@ def _scale_model(y=None):
     numpyro.sample("y", dist.Normal(0.0, s), obs=y)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])  # ids: tests/conftest.py
 def test_nuts_starts_each_chain_at_its_declared_start_or_searches_when_one_is_invalid(x64):
     """NUTS takes each chain's declared start from the shared start program; a start outside its
     site's support (here -1 for a scale, for about half the keys) sends the chains back to
@@ -333,7 +333,7 @@ def _shifted_with_numpy(X, y=None):  # concrete data shifted, traced data not: a
     numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])  # ids: tests/conftest.py
 def test_the_programs_text_agrees_with_the_compiled_check(x64, monkeypatch):
     """`compiled.same_program` (the verdict from the log joint's programs, concrete and traced,
     with what does not depend on the latents compared by value) answers "same" only where the
@@ -530,7 +530,7 @@ def _started(y=None):
     numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])  # ids: tests/conftest.py
 def test_a_refit_after_a_declared_start_changed_starts_from_the_new_start(x64, monkeypatch):
     """A declared start (`inference.latent.Start`) runs inside the kept NUTS program, but the key
     saw only its label: after the global it reads changed, a refit reused the program that started

@@ -167,7 +167,7 @@ def gpc_reference():
     return X, y, _gpc_reference(X, y)
 
 
-@pytest.mark.parametrize("x64", [True, False])
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])  # ids: tests/conftest.py
 def test_laplace_gp_classifier_newton_mode(gpc_reference, x64):
     """n = 300: the old L-BFGS search spent its 1000 iterations and reported the gradient norm
     before its Newton polish (79 in float64, 0.23 in float32; fails there). Now: Newton in the

@@ -477,7 +477,7 @@ def test_float32_runs_to_a_tolerance_it_can_reach():
                                  1e-3)
 
 
-@pytest.mark.parametrize("engine, x64", [("ep", False), ("laplace", True)])
+@pytest.mark.parametrize("engine, x64", [("ep", False), ("laplace", True)], ids=["ep-float32", "laplace-float64"])
 def test_generic_ep_and_laplace_read_the_model_without_running_it_eagerly(engine, x64, monkeypatch):
     """The generic EP and Laplace's latent Newton read a GP classifier from its abstract trace:
     no eager run of the model (each operation compiled apart: ~1.5 s of a first fit, a prior

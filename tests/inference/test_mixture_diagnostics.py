@@ -228,7 +228,7 @@ def test_a_fit_held_back_by_its_scale_prior_is_flagged_with_the_prior_named():
     np.testing.assert_allclose(good.mean("locs"), [-10.0, 10.0], atol=0.05)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])  # ids: tests/conftest.py
 def test_vi_and_the_diagnostics_share_one_start_program(x64):
     """Every latent site of a Gaussian mixture declares its start (k-means), so the strategy for
     the others (VI's prior mean, the diagnostics' prior draw) is unused: given the model's trace,

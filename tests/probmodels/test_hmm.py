@@ -311,7 +311,7 @@ def test_issue21_finding5_default_nuts_one_chain_finds_both_states(x64, seed):
     _check_not_collapsed(post, messages)
 
 
-@pytest.mark.parametrize("x64", [False, True])
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])  # ids: tests/conftest.py
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_issue21_finding5_every_seed_and_dtype_finds_both_states(seed, x64):
     """The finding's check, one chain, seeds 0-2 in float32 and float64 (one compile per dtype),
