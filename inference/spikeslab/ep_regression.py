@@ -11,7 +11,9 @@ sweep and O(n d) memory.
 
 Sites whose new precision would be negative (the tilted mixture is wider than the cavity) are
 clipped to a tiny positive precision (mean still matched) and counted; sites with a non-positive
-cavity precision are skipped and counted. Damping and tolerance are traced: no recompiles.
+cavity precision are skipped and counted. Damping and tolerance are traced: no recompiles. A sweep's
+``max_change`` is the generic EP engine's (`inference.ep.update.site_change`: each site's change in
+units of its marginal, beyond the round-off `inference.ep.update.roundoff` allows).
 
 Unknown noise precision (Normal-Gamma prior) is handled by EP on a grid of precisions weighted by
 EP evidence times the Gamma prior (trapezoid rule in log tau): see ``precision_grid``.
@@ -35,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from inference.ep.update import roundoff, site_change
 from inference.spikeslab.sites import log_partition, spike_slab_tilted
 
 TAU_MIN = 1e-6  # smallest site precision, in units of the slab precision
@@ -56,7 +59,7 @@ class EPState(NamedTuple):
     v: jax.Array  # (d,) diagonal of V
     incl: jax.Array  # (d,) inclusion probabilities
     iteration: jax.Array
-    max_change: jax.Array  # largest change of (incl, m / sqrt(v), log v) in the last sweep
+    max_change: jax.Array  # largest site change of the last sweep (`inference.ep.update.site_change`)
     num_clipped: jax.Array  # sites clipped to a positive precision in the last sweep
     num_skipped: jax.Array  # sites skipped (cavity precision <= 0) in the last sweep
 
@@ -116,9 +119,11 @@ def init(data: EPData) -> EPState:
     return EPState(tau, nu, m, v, p, z, jnp.asarray(jnp.inf, tau.dtype), z, z)
 
 
-def _change(old: EPState, m, v, incl):
-    return jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - old.incl), jnp.abs(m - old.m) / jnp.sqrt(v)),
-                               jnp.abs(jnp.log(v / old.v))))
+def _roundoff(v, tau_c, nu_c, t, ok):
+    """`inference.ep.update.roundoff` of sites with marginal variance ``v``, cavity natural
+    parameters ``tau_c``, ``nu_c`` and tilted moments ``t``; zero where skipped (``~ok``)."""
+    cv = jnp.where(ok, 1.0 / jnp.where(ok, tau_c, 1.0), 0.0)
+    return roundoff(v, t.mean, t.var, nu_c * cv, cv)
 
 
 def update(state: EPState, data: EPData, damping) -> EPState:
@@ -131,7 +136,8 @@ def update(state: EPState, data: EPData, damping) -> EPState:
     nu = jnp.where(ok, damping * nu_new + (1 - damping) * state.nu, state.nu)
     m, v, _ = _global(data, tau, nu)
     incl = jnp.where(ok, t.incl, state.incl)
-    return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl),
+    change = site_change(state.tau, state.nu, tau, nu, state.v, _roundoff(state.v, tau_c, nu_c, t, ok))
+    return EPState(tau, nu, m, v, incl, state.iteration + 1, change,
                    jnp.sum(clipped & ok).astype(jnp.int32), jnp.sum(~ok).astype(jnp.int32))
 
 
@@ -160,13 +166,14 @@ def update_sequential(state: EPState, data: EPData, damping) -> EPState:
         m = m + col * (d_nu - d_tau * mj) / den
         carry = (tau.at[j].add(d_tau), nu.at[j].add(d_nu), V, m, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
                  nclip + (clipped & ok), nskip + (~ok))
-        return carry, None
+        return carry, _roundoff(vj, tau_c, nu_c, t, ok)
 
     z = jnp.asarray(0, jnp.int32)
-    (tau, nu, V, _, incl, nclip, nskip), _ = lax.scan(body, (state.tau, state.nu, V, m, state.incl, z, z),
-                                                      jnp.arange(d))
+    (tau, nu, V, _, incl, nclip, nskip), floor = lax.scan(body, (state.tau, state.nu, V, m, state.incl, z, z),
+                                                          jnp.arange(d))
     m, v, _ = _global(data, tau, nu)
-    return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl), nclip, nskip)
+    return EPState(tau, nu, m, v, incl, state.iteration + 1, site_change(state.tau, state.nu, tau, nu, v, floor),
+                   nclip, nskip)
 
 
 def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
@@ -201,13 +208,14 @@ def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
         Binv = Binv - c * jnp.outer(u, u)
         carry = (tau.at[j].set(t2), nu.at[j].set(n2), Binv, r, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
                  nclip + (clipped & ok), nskip + (~ok))
-        return carry, None
+        return carry, _roundoff(vj, tau_c, nu_c, t, ok)
 
     z = jnp.asarray(0, jnp.int32)
-    (tau, nu, _, _, incl, nclip, nskip), _ = lax.scan(
+    (tau, nu, _, _, incl, nclip, nskip), floor = lax.scan(
         body, (state.tau, state.nu, Binv, r, state.incl, z, z), jnp.arange(X.shape[1]))
     m, v, _ = _global(data, tau, nu)
-    return EPState(tau, nu, m, v, incl, state.iteration + 1, _change(state, m, v, incl), nclip, nskip)
+    return EPState(tau, nu, m, v, incl, state.iteration + 1, site_change(state.tau, state.nu, tau, nu, v, floor),
+                   nclip, nskip)
 
 
 def _step(data: EPData, sequential: bool):
