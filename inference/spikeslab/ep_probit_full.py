@@ -10,6 +10,8 @@ weights that the fully factorised EP of ``ep_probit`` (thesis ch. 7, O(n d)) dro
 more closely with long MCMC runs; both are available (``covariance="full"`` / ``"factorized"``).
 Parallel sweeps can be Anderson-accelerated (``run(..., accelerate=True)``, what the default
 undamped attempt of ``inference.ep`` uses): same fixed point, a third to a half fewer sweeps.
+A sweep's ``max_change`` is the generic EP engine's (`inference.ep.update.site_change` beyond
+`roundoff`): likelihood sites in units of the f marginals, prior sites in units of the w marginals.
 
 Example:
     >>> import numpy as np, jax.numpy as jnp
@@ -30,8 +32,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from inference.ep import anderson
-from inference.spikeslab.ep_probit import ProbitData, make_data  # noqa: F401  (same data layout)
-from inference.spikeslab.ep_regression import _site_targets
+from inference.ep.update import site_change
+from inference.spikeslab.ep_probit import ProbitData, _lik_roundoff, make_data  # noqa: F401  (same data layout)
+from inference.spikeslab.ep_regression import _roundoff, _site_targets
 from inference.spikeslab.sites import log_partition, probit_tilted, spike_slab_tilted
 
 
@@ -153,12 +156,13 @@ def update(state: FullState, data: ProbitData, damping, XT=None) -> FullState:
 
 def _parallel_targets(state: FullState, data: ProbitData, damping, XT=None):
     """The sites one parallel sweep moves to, ``G(x)``, and what `_with_sites` needs with them:
-    ``(lik_tau, lik_nu, tau, nu, m, v, incl, skipped, clipped)``."""
-    t_new, n_new, ok_l, _, _, _ = _likelihood_targets(state, data)
+    ``(lik_tau, lik_nu, tau, nu, m, v, incl, skipped, clipped, floors)``."""
+    t_new, n_new, ok_l, _, tau_c, nu_c = _likelihood_targets(state, data)
     lik_tau, lik_nu = _mix(damping, t_new, state.lik_tau, ok_l), _mix(damping, n_new, state.lik_nu, ok_l)
+    lik_floor = _lik_roundoff(state.vf, tau_c, nu_c, t_new, n_new, ok_l)
     m, v = _w_marginals(data.X, state.K, lik_tau, lik_nu, state.tau, state.nu, XT, state.mu0)
-    tau, nu, incl, skipped, clipped = _prior_sites(state, data, damping, m, v)
-    return lik_tau, lik_nu, tau, nu, m, v, incl, jnp.sum(~ok_l) + skipped, clipped
+    tau, nu, incl, skipped, clipped, prior_floor = _prior_sites(state, data, damping, m, v)
+    return lik_tau, lik_nu, tau, nu, m, v, incl, jnp.sum(~ok_l) + skipped, clipped, (lik_floor, prior_floor)
 
 
 def _mix(damping, new, old, ok):
@@ -190,42 +194,48 @@ def update_sequential(state: FullState, data: ProbitData, damping, XT=None) -> F
         den = 1.0 + dt * sii
         Sf = Sf - (dt / den) * jnp.outer(col, col)
         mf = mf + col * (dn - dt * mf[i]) / den
-        return (lik_tau.at[i].add(dt), lik_nu.at[i].add(dn), Sf, mf, skipped + (~ok)), None
+        floor = _lik_roundoff(sii, tau_c, nu_c, t_new, n_new, ok)
+        return (lik_tau.at[i].add(dt), lik_nu.at[i].add(dn), Sf, mf, skipped + (~ok)), floor
 
     init_c = (state.lik_tau, state.lik_nu, Sf, state.mf, jnp.asarray(0, jnp.int32))
-    (lik_tau, lik_nu, _, _, skipped), _ = lax.scan(body, init_c, jnp.arange(n))
+    (lik_tau, lik_nu, _, _, skipped), lik_floor = lax.scan(body, init_c, jnp.arange(n))
     m, v = _w_marginals(X, K, lik_tau, lik_nu, state.tau, state.nu, XT, state.mu0)
-    return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v, XT)
+    return _prior_sweep(state, data, damping, lik_tau, lik_nu, skipped, m, v, XT, lik_floor)
 
 
-def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v, XT=None) -> FullState:
+def _prior_sweep(state: FullState, data: ProbitData, damping, lik_tau, lik_nu, skipped_lik, m, v, XT=None,
+                 lik_floor=0.0) -> FullState:
     """Prior sites from the marginals ``(m, v)`` of Q (parallel, damped); then ``K`` and the f
     marginals of the new Q, which the next sweep's likelihood sites use."""
-    tau, nu, incl, skipped, clipped = _prior_sites(state, data, damping, m, v)
-    return _with_sites(state, data, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped_lik + skipped, clipped)
+    tau, nu, incl, skipped, clipped, prior_floor = _prior_sites(state, data, damping, m, v)
+    return _with_sites(state, data, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped_lik + skipped, clipped,
+                       (lik_floor, prior_floor))
 
 
 def _prior_sites(state: FullState, data: ProbitData, damping, m, v):
     """New (damped) prior sites from the marginals ``(m, v)`` of Q, the inclusion probabilities,
-    and the counts of skipped (negative cavity) and clipped updates."""
+    the counts of skipped (negative cavity) and clipped updates, and the sites' round-off."""
     tau_c = 1.0 / v - state.tau
     nu_c = m / v - state.nu
     ok_p = tau_c > 0
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
     tau, nu = _mix(damping, tau_new, state.tau, ok_p), _mix(damping, nu_new, state.nu, ok_p)
-    return tau, nu, jnp.where(ok_p, t.incl, state.incl), jnp.sum(~ok_p), jnp.sum(clipped & ok_p)
+    return (tau, nu, jnp.where(ok_p, t.incl, state.incl), jnp.sum(~ok_p), jnp.sum(clipped & ok_p),
+            _roundoff(v, tau_c, nu_c, t, ok_p))
 
 
 def _with_sites(state: FullState, data: ProbitData, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped,
-                clipped) -> FullState:
+                clipped, floors) -> FullState:
     """The state for these sites: ``K`` and the f marginals of their Q (one n x n x d product), and
-    the largest change of (pi, m, log v, f) since ``state``."""
+    the largest site change since ``state`` (`site_change`: the likelihood sites in units of the f
+    marginals ``state.vf`` their update started from, the prior sites in units of the w marginals
+    ``v``; ``floors``: their round-off)."""
     K = (data.X / tau) @ (data.X.T if XT is None else XT)
     mu0 = data.X @ (nu / tau)
     mf, vf = _f_marginals(data.X, K, lik_tau, lik_nu, tau, nu, mu0)
-    change = jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - state.incl), jnp.abs(m - state.m) / jnp.sqrt(v)),
-                                 jnp.abs(jnp.log(v / state.v))))
-    change = jnp.maximum(change, jnp.max(jnp.abs(mf - state.mf) / jnp.sqrt(vf)))
+    lik_floor, prior_floor = floors
+    change = jnp.maximum(site_change(state.lik_tau, state.lik_nu, lik_tau, lik_nu, state.vf, lik_floor),
+                         site_change(state.tau, state.nu, tau, nu, v, prior_floor))
     return FullState(lik_tau, lik_nu, tau, nu, m, v, mf, vf, incl, state.iteration + 1, change,
                      jnp.asarray(clipped, jnp.int32), jnp.asarray(skipped, jnp.int32), K, mu0)
 
@@ -255,7 +265,7 @@ def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) 
     extrapolation with a negative or non-finite precision is replaced by ``G(x)`` and the history
     is cleared."""
     s = a.ep
-    *targets, m, v, incl, skipped, clipped = _parallel_targets(s, data, damping, XT)
+    *targets, m, v, incl, skipped, clipped, floors = _parallel_targets(s, data, damping, XT)
     x = jnp.concatenate([s.lik_tau, s.lik_nu, s.tau, s.nu])
     g = jnp.concatenate(targets)
     record = s.iteration > ANDERSON_START  # a.f, a.g are the previous sweep's
@@ -263,13 +273,13 @@ def update_accelerated(a: AcceleratedState, data: ProbitData, damping, XT=None) 
     n, d = data.X.shape
     valid = jnp.all(jnp.isfinite(x_new)) & jnp.all(x_new[:n] >= 0) & jnp.all(x_new[2 * n:2 * n + d] > 0)
     sites = jnp.split(jnp.where(valid, x_new, g), [n, 2 * n, 2 * n + d])  # lik_tau, lik_nu, tau, nu
-    ep = _with_sites(s, data, XT, *sites, m, v, incl, skipped, clipped)
+    ep = _with_sites(s, data, XT, *sites, m, v, incl, skipped, clipped, floors)
     return AcceleratedState(ep, h.dF, h.dG, h.f, h.g, jnp.where(valid, h.used, 0.0), h.count)
 
 
 @partial(jax.jit, static_argnames=("sequential", "accelerate"))
 def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False, accelerate: bool = False) -> FullState:
-    """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v, f) is below ``tol``.
+    """Sweeps under ``lax.while_loop`` until the largest site change is below ``tol``.
     ``accelerate``: Anderson-extrapolated parallel sweeps (`update_accelerated`)."""
     XT = lax.optimization_barrier(data.X.T)  # a contiguous transpose made once per run (XLA would fold it into each product)
     more = lambda s: (s.iteration < max_iter) & (s.max_change > tol)  # noqa: E731
