@@ -14,9 +14,7 @@ breaks this is skipped and counted); prior sites whose precision would be negati
 a tiny positive value (mean matched) and counted. With many correlated genes the parallel schedule
 (all n likelihood factors moved at once) can oscillate and diverge -- on the colon data even at
 damping 0.25 -- while the sequential schedule of the thesis (one factor at a time) converges
-undamped; the engine therefore falls back to it when the parallel run diverges. A sweep's
-``max_change`` is the generic EP engine's (`inference.ep.update.site_change` beyond `roundoff`),
-each site (likelihood and prior) in units of its coordinate's marginal at the sweep's start.
+undamped; the engine therefore falls back to it when the parallel run diverges.
 
 Example:
     >>> import numpy as np, jax.numpy as jnp
@@ -37,8 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from inference.ep.update import roundoff, site_change
-from inference.spikeslab.ep_regression import _roundoff, _site_targets
+from inference.spikeslab.ep_regression import _site_targets
 from inference.spikeslab.sites import log_partition, probit_tilted, spike_slab_tilted
 
 
@@ -106,44 +103,31 @@ def _likelihood_targets(X, y, b, tau, nu, lik_tau, lik_nu):
     return tau_new, nu_new, ok[..., 0], log_z, tau_c, nu_c
 
 
-def _lik_roundoff(v, tau_c, nu_c, tau_new, nu_new, ok):
-    """`inference.ep.update.roundoff` of likelihood sites with cavity ``tau_c``, ``nu_c`` and
-    targets ``tau_new``, ``nu_new`` (the tilted distribution is their sum in natural parameters)."""
-    ok = ok & (tau_c > 0) & (tau_c + tau_new > 0)
-    vt = 1.0 / jnp.where(ok, tau_c + tau_new, 1.0)
-    return jnp.where(ok, roundoff(v, (nu_c + nu_new) * vt, vt, nu_c / jnp.where(ok, tau_c, 1.0),
-                                  1.0 / jnp.where(ok, tau_c, 1.0)), 0.0)
-
-
 def _prior_update(state: ProbitState, lik_tau, lik_nu, data, damping):
     tau_c, nu_c = lik_tau.sum(0), lik_nu.sum(0)
     tau_new, nu_new, t, clipped = _site_targets(tau_c, nu_c, data.slab_var, data.logit_p)
     prior_tau = damping * tau_new + (1 - damping) * state.prior_tau
     prior_nu = damping * nu_new + (1 - damping) * state.prior_nu
-    floor = _roundoff(1.0 / state.tau, tau_c, nu_c, t, tau_c > 0)
-    return prior_tau, prior_nu, t.incl, jnp.sum(clipped).astype(jnp.int32), floor
+    return prior_tau, prior_nu, t.incl, jnp.sum(clipped).astype(jnp.int32)
 
 
-def _finish(state, lik_tau, lik_nu, data, damping, skipped, lik_floor):
-    """The prior sites' update and the sweep's change: `site_change` of every site against the
-    coordinate marginals ``1 / tau`` the sweep started from (``lik_floor``: the likelihood sites'
-    round-off, `_lik_roundoff`)."""
-    prior_tau, prior_nu, incl, clipped, prior_floor = _prior_update(state, lik_tau, lik_nu, data, damping)
-    v = 1.0 / state.tau
-    change = jnp.maximum(site_change(state.lik_tau, state.lik_nu, lik_tau, lik_nu, v, lik_floor),
-                         site_change(state.prior_tau, state.prior_nu, prior_tau, prior_nu, v, prior_floor))
+def _finish(state, lik_tau, lik_nu, data, damping, skipped):
+    old_tau, old_nu = state.tau, state.nu
+    prior_tau, prior_nu, incl, clipped = _prior_update(state, lik_tau, lik_nu, data, damping)
+    tau, nu = prior_tau + lik_tau.sum(0), prior_nu + lik_nu.sum(0)
+    change = jnp.max(jnp.maximum(jnp.maximum(jnp.abs(incl - state.incl), jnp.abs(nu / tau - old_nu / old_tau) * jnp.sqrt(tau)),
+                                 jnp.abs(jnp.log(tau / old_tau))))
     return ProbitState(lik_tau, lik_nu, prior_tau, prior_nu, incl, state.iteration + 1, change, clipped, skipped)
 
 
 def update(state: ProbitState, data: ProbitData, damping) -> ProbitState:
     """One parallel sweep: all likelihood sites at once (damped), then all prior sites."""
-    tau_new, nu_new, ok, _, tau_c, nu_c = _likelihood_targets(data.X, data.y, data.offset, state.tau, state.nu,
-                                                              state.lik_tau, state.lik_nu)
+    tau_new, nu_new, ok, _, _, _ = _likelihood_targets(data.X, data.y, data.offset, state.tau, state.nu,
+                                                       state.lik_tau, state.lik_nu)
     keep = ok[:, None]
     lik_tau = jnp.where(keep, damping * tau_new + (1 - damping) * state.lik_tau, state.lik_tau)
     lik_nu = jnp.where(keep, damping * nu_new + (1 - damping) * state.lik_nu, state.lik_nu)
-    floor = _lik_roundoff(1.0 / state.tau, tau_c, nu_c, tau_new, nu_new, keep)
-    return _finish(state, lik_tau, lik_nu, data, damping, jnp.sum(~ok).astype(jnp.int32), floor)
+    return _finish(state, lik_tau, lik_nu, data, damping, jnp.sum(~ok).astype(jnp.int32))
 
 
 def update_sequential(state: ProbitState, data: ProbitData, damping) -> ProbitState:
@@ -151,22 +135,20 @@ def update_sequential(state: ProbitState, data: ProbitData, damping) -> ProbitSt
 
     def body(carry, i):
         tau, nu, lik_tau, lik_nu, skipped = carry
-        tn, nn, ok, _, tau_c, nu_c = _likelihood_targets(data.X[i], data.y[i], data.offset[i], tau, nu, lik_tau[i],
-                                                         lik_nu[i])
+        tn, nn, ok, _, _, _ = _likelihood_targets(data.X[i], data.y[i], data.offset[i], tau, nu, lik_tau[i], lik_nu[i])
         t_new = jnp.where(ok, damping * tn + (1 - damping) * lik_tau[i], lik_tau[i])
         n_new = jnp.where(ok, damping * nn + (1 - damping) * lik_nu[i], lik_nu[i])
-        floor = _lik_roundoff(1.0 / tau, tau_c, nu_c, tn, nn, ok)
         tau, nu = tau + t_new - lik_tau[i], nu + n_new - lik_nu[i]
-        return (tau, nu, lik_tau.at[i].set(t_new), lik_nu.at[i].set(n_new), skipped + (~ok)), floor
+        return (tau, nu, lik_tau.at[i].set(t_new), lik_nu.at[i].set(n_new), skipped + (~ok)), None
 
     init_c = (state.tau, state.nu, state.lik_tau, state.lik_nu, jnp.asarray(0, jnp.int32))
-    (_, _, lik_tau, lik_nu, skipped), floor = lax.scan(body, init_c, jnp.arange(data.X.shape[0]))
-    return _finish(state, lik_tau, lik_nu, data, damping, skipped, floor)
+    (_, _, lik_tau, lik_nu, skipped), _ = lax.scan(body, init_c, jnp.arange(data.X.shape[0]))
+    return _finish(state, lik_tau, lik_nu, data, damping, skipped)
 
 
 @partial(jax.jit, static_argnames=("sequential",))
 def run(data: ProbitData, damping, tol, max_iter, sequential: bool = False) -> ProbitState:
-    """Sweeps under ``lax.while_loop`` until the largest site change is below ``tol``."""
+    """Sweeps under ``lax.while_loop`` until the largest change of (pi, m, log v) is below ``tol``."""
     step = update_sequential if sequential else update
     return lax.while_loop(lambda s: (s.iteration < max_iter) & (s.max_change > tol),
                           lambda s: step(s, data, damping), init(data))

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from inference.ep import anderson
-from inference.ep.update import site_change
-from inference.spikeslab.ep_probit import ProbitData, _lik_roundoff, make_data  # noqa: F401  (same data layout)
+from inference.ep.update import roundoff, site_change
+from inference.spikeslab.ep_probit import ProbitData, make_data  # noqa: F401  (same data layout)
 from inference.spikeslab.ep_regression import _roundoff, _site_targets
 from inference.spikeslab.sites import log_partition, probit_tilted, spike_slab_tilted
 
@@ -128,6 +128,15 @@ def init(data: ProbitData) -> FullState:
     z = jnp.asarray(0, jnp.int32)
     return FullState(zn, zn, tau, nu, nu, 1.0 / tau, zn, jnp.diag(K), p, z, jnp.asarray(jnp.inf, data.X.dtype), z, z, K,
                      zn)  # nu = 0
+
+
+def _lik_roundoff(v, tau_c, nu_c, tau_new, nu_new, ok):
+    """`inference.ep.update.roundoff` of likelihood sites with cavity ``tau_c``, ``nu_c`` and
+    targets ``tau_new``, ``nu_new`` (the tilted distribution is their sum in natural parameters)."""
+    ok = ok & (tau_c > 0) & (tau_c + tau_new > 0)
+    vt = 1.0 / jnp.where(ok, tau_c + tau_new, 1.0)
+    return jnp.where(ok, roundoff(v, (nu_c + nu_new) * vt, vt, nu_c / jnp.where(ok, tau_c, 1.0),
+                                  1.0 / jnp.where(ok, tau_c, 1.0)), 0.0)
 
 
 def _likelihood_targets(state: FullState, data: ProbitData):
