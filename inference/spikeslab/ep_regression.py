@@ -119,11 +119,12 @@ def init(data: EPData) -> EPState:
     return EPState(tau, nu, m, v, p, z, jnp.asarray(jnp.inf, tau.dtype), z, z)
 
 
-def _roundoff(v, tau_c, nu_c, t, ok):
+def _roundoff(v, tau_c, nu_c, mt, vt, ok):
     """`inference.ep.update.roundoff` of sites with marginal variance ``v``, cavity natural
-    parameters ``tau_c``, ``nu_c`` and tilted moments ``t``; zero where skipped (``~ok``)."""
+    parameters ``tau_c``, ``nu_c`` and tilted mean and variance ``mt``, ``vt``; zero where skipped
+    (``~ok``: a zero cavity variance, which `roundoff` reads as a skipped site)."""
     cv = jnp.where(ok, 1.0 / jnp.where(ok, tau_c, 1.0), 0.0)
-    return roundoff(v, t.mean, t.var, nu_c * cv, cv)
+    return roundoff(v, mt, vt, nu_c * cv, cv)
 
 
 def update(state: EPState, data: EPData, damping) -> EPState:
@@ -136,7 +137,8 @@ def update(state: EPState, data: EPData, damping) -> EPState:
     nu = jnp.where(ok, damping * nu_new + (1 - damping) * state.nu, state.nu)
     m, v, _ = _global(data, tau, nu)
     incl = jnp.where(ok, t.incl, state.incl)
-    change = site_change(state.tau, state.nu, tau, nu, state.v, _roundoff(state.v, tau_c, nu_c, t, ok))
+    floor = _roundoff(state.v, tau_c, nu_c, t.mean, t.var, ok)
+    change = site_change(state.tau, state.nu, tau, nu, state.v, floor)
     return EPState(tau, nu, m, v, incl, state.iteration + 1, change,
                    jnp.sum(clipped & ok).astype(jnp.int32), jnp.sum(~ok).astype(jnp.int32))
 
@@ -166,7 +168,7 @@ def update_sequential(state: EPState, data: EPData, damping) -> EPState:
         m = m + col * (d_nu - d_tau * mj) / den
         carry = (tau.at[j].add(d_tau), nu.at[j].add(d_nu), V, m, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
                  nclip + (clipped & ok), nskip + (~ok))
-        return carry, _roundoff(vj, tau_c, nu_c, t, ok)
+        return carry, _roundoff(vj, tau_c, nu_c, t.mean, t.var, ok)
 
     z = jnp.asarray(0, jnp.int32)
     (tau, nu, V, _, incl, nclip, nskip), floor = lax.scan(body, (state.tau, state.nu, V, m, state.incl, z, z),
@@ -208,7 +210,7 @@ def update_sequential_dual(state: EPState, data: EPData, damping) -> EPState:
         Binv = Binv - c * jnp.outer(u, u)
         carry = (tau.at[j].set(t2), nu.at[j].set(n2), Binv, r, incl.at[j].set(jnp.where(ok, t.incl, incl[j])),
                  nclip + (clipped & ok), nskip + (~ok))
-        return carry, _roundoff(vj, tau_c, nu_c, t, ok)
+        return carry, _roundoff(vj, tau_c, nu_c, t.mean, t.var, ok)
 
     z = jnp.asarray(0, jnp.int32)
     (tau, nu, _, _, incl, nclip, nskip), floor = lax.scan(
