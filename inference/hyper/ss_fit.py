@@ -206,6 +206,7 @@ def setup(model, args, kwargs, trace, *, schedule: str, damping: float | None, t
     prob = _problem_at(model, args, kwargs, hs, theta0)
     if prob.likelihood != "gaussian" or prob.noise_prior is not None:  # refused by _hyper_sites already
         raise ValueError(f"hyper=: not offered for this spike-and-slab model ({prob.likelihood} likelihood)")
+    ep_regression.check_precision(*np.shape(prob.X), dtype)
 
     def likelihood_fixed():  # a fact of what the model computes: checked once per model structure
         other = _problem_at(model, args, kwargs, hs, theta1)

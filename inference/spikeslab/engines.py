@@ -208,6 +208,7 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
 
 
 def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_samples, seed, common):
+    ep_regression.check_precision(*np.shape(prob.X), jnp.result_type(float))
     k1, k2 = jax.random.split(key)
     counted = None
     if prob.noise_prior is None:

@@ -34,7 +34,7 @@ from jax import lax
 from inference.ep import anderson
 from inference.ep.update import site_change
 from inference.spikeslab.ep_probit import ProbitData, make_data  # noqa: F401  (same data layout)
-from inference.spikeslab.ep_regression import _roundoff, _site_targets
+from inference.spikeslab.ep_regression import _prior_roundoff, _roundoff, _site_targets
 from inference.spikeslab.sites import log_partition, probit_tilted, spike_slab_tilted
 
 
@@ -229,7 +229,7 @@ def _prior_sites(state: FullState, data: ProbitData, damping, m, v):
     tau_new, nu_new, t, clipped = _site_targets(jnp.where(ok_p, tau_c, 1.0), nu_c, data.slab_var, data.logit_p)
     tau, nu = _mix(damping, tau_new, state.tau, ok_p), _mix(damping, nu_new, state.nu, ok_p)
     return (tau, nu, jnp.where(ok_p, t.incl, state.incl), jnp.sum(~ok_p), jnp.sum(clipped & ok_p),
-            _roundoff(v, tau_c, nu_c, t.mean, t.var, ok_p))
+            _prior_roundoff(v, tau_c, nu_c, t.mean, t.var, ok_p))
 
 
 def _with_sites(state: FullState, data: ProbitData, XT, lik_tau, lik_nu, tau, nu, m, v, incl, skipped,
