@@ -7,10 +7,13 @@ is replaced by a Gaussian site ``exp(-tau_j w_j^2/2 + nu_j w_j)``, so the approx
 probabilities are those of the tilted distributions. ``V`` is never formed when d > n: its diagonal
 and the mean come from the n x n Woodbury form (O(n^2 d) per parallel sweep, memory O(n d)); the
 sequential schedule then keeps ``B^-1`` (n x n) up to date by rank-one updates, also O(n^2 d) per
-sweep and O(n d) memory. Except in float32 up to `FLOAT32_MAX_D` coefficients (`use_woodbury`): the
-Woodbury form's ``1/tau - a`` loses every digit at a clipped site (``1/tau`` ~ 1e6 times its
-marginal variance), and EP went to NaN or stalled with inclusion probabilities off by up to 0.036
-(30 x 40); the d x d Cholesky does not care how small ``tau`` is.
+sweep and O(n d) memory. Except up to `DXD_MAX_D` coefficients in float32, and for sequential
+sweeps (`use_woodbury`): a clipped site (``1/tau`` ~ 1e6 times its marginal variance) puts a huge
+rank-one term in ``B``; in float32 the Woodbury form's ``1/tau - a`` then loses every digit (EP
+went to NaN, or stalled with inclusion probabilities off by up to 0.036: 30 x 40), and the
+sequential sweep's rank-one updates of ``B^-1`` lose every digit even in float64 (one sweep from
+the same sites off by 20% to 1e7 relative from the d x d sweep's: the "limit cycles" of 30 x 60
+designs). The d x d Cholesky does not care how small ``tau`` is.
 
 Sites whose new precision would be negative (the tilted mixture is wider than the cavity) are
 clipped to a tiny positive precision (mean still matched) and counted; sites with a non-positive
@@ -45,23 +48,24 @@ from inference.spikeslab.sites import log_partition, spike_slab_tilted
 
 TAU_MIN = 1e-6  # smallest site precision, in units of the slab precision
 TAU_MAX = 1e10  # largest site precision, in units of the slab precision
-# float32: the d x d form up to this many coefficients (a d x d Cholesky per sweep and grid point)
-# even when d > n; beyond it float32 is refused (`inference.spikeslab.engines`)
-FLOAT32_MAX_D = 200
+# the d x d form up to this many coefficients even when d > n (O(d^3) per sweep and grid point), in
+# float32 and for sequential sweeps; beyond it float32 is refused (`check_precision`)
+DXD_MAX_D = 200
 
 
-def use_woodbury(n: int, d: int, dtype) -> bool:
-    """Whether the n x n (Woodbury) form is used: d > n, in float64 (see the module docstring)."""
-    return d > n and jnp.finfo(dtype).eps < 1e-10
+def use_woodbury(n: int, d: int, dtype, sequential: bool = False) -> bool:
+    """Whether the n x n (Woodbury) form is used: d > n, and, in float32 or for sequential sweeps,
+    d > `DXD_MAX_D` (see the module docstring)."""
+    return d > n and (d > DXD_MAX_D or (jnp.finfo(dtype).eps < 1e-10 and not sequential))
 
 
 def check_precision(n: int, d: int, dtype) -> None:
     """Refuse, before any work, float32 where only the Woodbury form is affordable (d > n and
-    d > `FLOAT32_MAX_D`): there it gives NaN or stalls off the answer."""
-    if jnp.finfo(dtype).eps > 1e-10 and d > max(n, FLOAT32_MAX_D):
+    d > `DXD_MAX_D`): there it gives NaN or stalls off the answer."""
+    if jnp.finfo(dtype).eps > 1e-10 and d > max(n, DXD_MAX_D):
         raise ValueError(f"X: spike-and-slab regression EP with {d} coefficients and {n} observations needs float64 "
                          f"(in float32 its n x n Woodbury updates lose every digit at weakly constrained sites; up to "
-                         f"{FLOAT32_MAX_D} coefficients it runs float32 in the d x d form): enable float64 with "
+                         f"{DXD_MAX_D} coefficients it runs float32 in the d x d form): enable float64 with "
                          "jax.config.update('jax_enable_x64', True), or use inference.vi or inference.mcmc")
 
 
@@ -259,7 +263,7 @@ def _step(data: EPData, sequential: bool):
     """The sweep: parallel, or sequential in the d x d form or the n x n form (`use_woodbury`)."""
     if not sequential:
         return update
-    return update_sequential_dual if use_woodbury(*data.X.shape, data.X.dtype) else update_sequential
+    return update_sequential_dual if use_woodbury(*data.X.shape, data.X.dtype, sequential=True) else update_sequential
 
 
 @partial(jax.jit, static_argnames=("sequential",))
