@@ -72,8 +72,9 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=Non
                  num_samples=1000, seed=0, progress=None, covariance=None):
     """EP with spike-and-slab prior sites.
 
-    Regression: exact Gaussian likelihood, full covariance (Hernandez-Lobato et al. 2015), on a
-    grid of noise precisions when the precision is unknown; grid points where the parallel schedule
+    Regression: exact Gaussian likelihood, full covariance (Hernandez-Lobato et al. 2015; in float32
+    the d x d form, refused before any work beyond 200 genes when d > n:
+    `ep_regression.check_precision`), on a grid of noise precisions when the precision is unknown; grid points where the parallel schedule
     has not converged go on with sequential sweeps (``diagnostics["grid_points_not_converged"]``
     and ``["grid_weight_not_converged"]`` report what is left; ``converged`` and
     ``max_site_change`` leave out such points when their total weight is below ``tol / 1000``:
