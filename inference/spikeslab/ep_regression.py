@@ -55,14 +55,31 @@ DXD_MAX_D = 200
 
 def use_woodbury(n: int, d: int, dtype, sequential: bool = False) -> bool:
     """Whether the n x n (Woodbury) form is used: d > n, and, in float32 or for sequential sweeps,
-    d > `DXD_MAX_D` (see the module docstring)."""
-    return d > n and (d > DXD_MAX_D or (jnp.finfo(dtype).eps < 1e-10 and not sequential))
+    d > `DXD_MAX_D` (see the module docstring).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> use_woodbury(30, 300, jnp.float64), use_woodbury(30, 60, jnp.float64, sequential=True)
+        (True, False)
+        >>> use_woodbury(30, 60, jnp.float32), use_woodbury(60, 30, jnp.float64)
+        (False, False)
+    """
+    return d > n and (d > DXD_MAX_D or (jnp.finfo(dtype).bits == 64 and not sequential))
 
 
 def check_precision(n: int, d: int, dtype) -> None:
-    """Refuse, before any work, float32 where only the Woodbury form is affordable (d > n and
-    d > `DXD_MAX_D`): there it gives NaN or stalls off the answer."""
-    if jnp.finfo(dtype).eps > 1e-10 and d > max(n, DXD_MAX_D):
+    """Refuse, before any work, float32 where `use_woodbury` (d > n and d > `DXD_MAX_D`): there
+    the n x n form gives NaN or stalls off the answer.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> check_precision(30, 300, jnp.float64); check_precision(30, 200, jnp.float32)
+        >>> check_precision(30, 300, jnp.float32)
+        Traceback (most recent call last):
+        ...
+        ValueError: X: spike-and-slab regression EP with 300 coefficients and 30 observations needs float64 ...
+    """
+    if jnp.finfo(dtype).bits < 64 and use_woodbury(n, d, dtype):
         raise ValueError(f"X: spike-and-slab regression EP with {d} coefficients and {n} observations needs float64 "
                          f"(in float32 its n x n Woodbury updates lose every digit at weakly constrained sites; up to "
                          f"{DXD_MAX_D} coefficients it runs float32 in the d x d form): enable float64 with "
