@@ -56,9 +56,10 @@ def main():
         f64, t64 = warm_fit(X, y, True)
         try:
             f32, t32 = warm_fit(X, y, False)
-        except ValueError as err:
-            print(f"| {n} x {d} | {seed} | {t64:.2f} | refused | | {f64.diagnostics['converged']} / - | "
-                  f"{str(err)[:60]}... |", flush=True)
+        except (ValueError, FloatingPointError) as err:
+            what = "refused" if isinstance(err, ValueError) else "raised"
+            print(f"| {n} x {d} | {seed} | {t64:.2f} | {what} | | {f64.diagnostics['converged']} / - | "
+                  f"{type(err).__name__}: {str(err)[:60]}... |", flush=True)
             continue
         diff = np.max(np.abs(np.asarray(f32.approximation["inclusion_probability"], float)
                              - np.asarray(f64.approximation["inclusion_probability"], float)))
