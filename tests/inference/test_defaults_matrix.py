@@ -10,6 +10,9 @@ References, never hand-picked numbers:
 - ``spike_and_slab_regression`` (6 features): exact enumeration of the 2^6 inclusion patterns
   (`inference.spikeslab.exact`); ``spike_and_slab_probit`` (3 features): enumeration with the
   weights integrated by Gauss-Hermite quadrature.
+- ``gp_regression`` (n = 60, a smooth signal with noise 0.01, lengthscale 2): the closed form of
+  `probmodels.conjugate` for the model's own prior covariance in the working dtype (its Gram
+  matrix and jitter are the model's: a float64 reference is 3 posterior sds from the float32 model).
 - ``gp_classifier``, ``bayes_machine`` (n = 30): predictive probabilities at 15 test inputs against
   a long float64 run (4 x 25000 draws; NUTS, and elliptical slice + Gibbs for the Bayes machine)
   kept with its data in ``tests/fixtures/*_reference.npz``, made by
@@ -188,6 +191,22 @@ def _gp(name, seed):
     return (ref["X"], ref["y"]), {"kernel": RBF(float(ref["lengthscale"]))}, ref
 
 
+@functools.lru_cache(maxsize=None)
+def _gpr(seed, x64):
+    """A smooth signal observed with little noise (0.01) at 60 inputs, RBF(2): the posterior is
+    tight (sd ~0.01) and the Gram matrix near-singular, as when emulating a smooth simulator."""
+    from probmodels.conjugate import gp_regression_posterior
+    from probmodels.kernels import RBF
+
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(-3, 3, size=(60, 1)), 0)
+    y = np.sin(2 * X[:, 0]) + 0.01 * rng.normal(size=60)
+    kwargs = {"kernel": RBF(2.0), "noise": 0.01}
+    with jax.enable_x64(x64):  # the model's Gram matrix and jitter in the working dtype
+        ref = gp_regression_posterior(X, y, **kwargs)
+    return (X, y), kwargs, (np.asarray(ref.mean, np.float64), np.sqrt(np.diag(np.asarray(ref.cov, np.float64))))
+
+
 HMM_LOCS, HMM_SCALES = (-1.0, 2.0), (0.5, 0.5)
 
 
@@ -225,6 +244,13 @@ def _gaussian_measure(post, ref):
     w = _draws(post, "w")
     return {"mean_err_sd": float(np.max(np.abs(w.mean(axis=(0, 1)) - mean) / sd)),
             "sd_ratio_err": float(np.max(np.abs(w.std(axis=(0, 1)) / sd - 1)))}
+
+
+def _gpr_measure(post, ref):
+    mean, sd = ref
+    f = _draws(post, "f").reshape(-1, mean.shape[0])
+    return {"mean_err_sd": float(np.max(np.abs(f.mean(0) - mean) / sd)),
+            "sd_ratio_err": float(np.max(np.abs(f.std(0) / sd - 1)))}
 
 
 def _ss_measure(post, ref):
@@ -343,6 +369,15 @@ CASES = {
         # the null feature (0.17-0.24 against exact 0.39-0.53): f64 max 0.296
         "vi": {"incl_err": 0.45},
         "ep": {"incl_err": 0.06}}),  # f64 max 0.017
+    # f at the 60 inputs against the closed form (largest error over the inputs); EP and Laplace
+    # are exact for a Gaussian likelihood: the Monte Carlo floor (f64 max 0.105, 0.067 and 0.072,
+    # 0.042); mean-field VI's optimum has the exact mean (held to the same floor), not the sds
+    "gp_regression": (probmodels.gp_regression, lambda s, e: _gpr(s, bool(jax.config.jax_enable_x64)), _gpr_measure, {
+        "mcmc": MC,  # f64 max 0.040, 0.045
+        # mean-field's sds are its approximation's (not computed here): not held
+        "vi": {"mean_err_sd": 0.13, "sd_ratio_err": np.inf},
+        "laplace": {"mean_err_sd": 0.13, "sd_ratio_err": 0.09},
+        "ep": {"mean_err_sd": 0.13, "sd_ratio_err": 0.09}}),
     # predictive P(y = 1) at 15 test inputs; the reference's own Monte Carlo error is < 3e-4
     "gp_classifier": (probmodels.gp_classifier, lambda s, e: _gp("gp_classifier", s), _gp_measure, {
         # NUTS on f whitened (`inference.whiten`): bulk ESS 4300-6200, f64 max 0.009, f32 0.014
@@ -382,12 +417,20 @@ CASES = {
 # GP classifier NUTS 32-45 s before its latent was whitened (now ~4 s; VI ~13 s, the seeds after
 # the first ~0.2 s), DP mixture VI ~30 s, Gaussian mixture NUTS ~27 s, ...; DP mixture NUTS
 # ~90 s a seed): by default they run seed 0, and `make test-all` (the `slow` marker) seeds 1 and 2.
-EXPENSIVE = {("dp_mixture", "mcmc"), ("dp_mixture", "vi"), ("gaussian_mixture", "mcmc"),
+EXPENSIVE = {("dp_mixture", "mcmc"), ("gp_regression", "mcmc"), ("dp_mixture", "vi"), ("gaussian_mixture", "mcmc"),
              ("gaussian_mixture", "vi"), ("gaussian_mixture", "laplace"), ("gp_classifier", "laplace"), ("hmm", "mcmc"), ("hmm", "vi"),
              ("hmm", "laplace"), ("lda", "vi"), ("linear_regression", "vi"), ("spike_and_slab_probit", "mcmc"),
              ("spike_and_slab_regression", "mcmc")}
 # Known defects, kept visible (strict: the cell fails the suite once it starts passing), by cell id.
 KNOWN = {
+    # found 2026-12-06 (session 57), reported converged=True: mean-field VI (whitened f) stops
+    # with means 7-10 posterior sds off (its optimum has the exact mean) and sds 3-5x too wide
+    "gp_regression-vi-float64": "mean-field VI at defaults: f means 6.9-10.1 posterior sds off over seeds 0-2, "
+                                "sds 3-5x too wide, reported converged=True",
+    "gp_regression-vi-float32": "mean-field VI at defaults: f means 6.6 posterior sds off, sds 3.5x too wide, "
+                                "reported converged=True",
+    "gp_regression-ep-float32": "EP in float32: f means 1.2-3.0 posterior sds off the float32 model's closed "
+                                "form (Laplace: 0.09), reported converged=True",
     "dp_mixture-mcmc-float64-seeds12": "NUTS at defaults keeps a spurious occupied component at seed 1 in float64 "
                                        "(location error 1.5; reported converged=False)",
     # b8580c6 (2026-11-27) said these two recovered the truth once chains started at their own
