@@ -193,7 +193,9 @@ def _refined_alpha(K, tau, nu, s, solve):
     of iterative refinement. The direct form ``nu - S M^-1 S K nu`` cancels terms of size ``nu``:
     Gaussian sites with little noise (``tau = 1 / noise^2 = 1e4``) left f's mean 1.2-3.0 posterior
     sds off in float32 (GP regression, noise 0.01, 60 inputs); the residual ``nu - alpha - T K
-    alpha`` pushed through the same factorisation brings it to the Monte Carlo floor (~0.02 sd)."""
+    alpha`` pushed through the same factorisation brings that to ~0.02 sd. Not enough for larger
+    problems in float32: at n = 500 still 5.4 sds off, at n = 1000 no better (72 -> 89 sds;
+    benchmarks/ep_mean_refinement.py)."""
 
     def apply(r):  # (I + T K)^-1 r = r - S M^-1 S K r (Woodbury, M = sign(T) + S K S)
         return r - s * solve(s * (K @ r))
