@@ -75,6 +75,29 @@ def _function_parts(K, tau):
     return s, logdet, solve, pos
 
 
+def site_alpha(K, tau, nu, s, solve):
+    """``alpha = (I + T K)^-1 nu``: the prior-covariance weights of the posterior mean (``mean =
+    K alpha``), for ``solve(X) = M^-1 X``, ``M = sign(T) + S K S``, ``S = sqrt|T|``.
+
+    Written ``S M^-1 (sign(T) nu / S)`` at sites with ``S > 0`` (GPML's ``alpha = (K + T^-1)^-1
+    T^-1 nu``), and by Woodbury ``r - S M^-1 S K r`` only for the part ``r`` of ``nu`` at sites
+    with ``S = 0``, then one step of iterative refinement. The Woodbury form for all of ``nu``
+    cancels terms of size ``nu = y / noise^2``: in float32 on GP regression with noise 0.01 it left
+    the mean 1.2-3 posterior sds off at n = 60 and 11-64 sds at n = 500-1000, with or without a
+    refinement step; this form is 0.02-0.14 sds, as good as a Cholesky of ``K + noise^2 I``
+    (benchmarks/ep_mean_refinement.py)."""
+    big = s > jnp.finfo(K.dtype).eps
+    sign = jnp.where(tau >= 0, 1.0, -1.0).astype(K.dtype)
+    inv_s = jnp.where(big, 1.0 / jnp.where(big, s, 1.0), 0.0)
+
+    def apply(r):
+        r0 = jnp.where(big, 0.0, r)
+        return r0 + s * solve(sign * r * inv_s - s * (K @ r0))
+
+    alpha = apply(nu)
+    return alpha + apply(nu - alpha - tau * (K @ alpha))
+
+
 def from_sites(problem, tau, nu):
     """(mean, cov, ok) of the global Gaussian; ``ok`` is False when it is not a valid Gaussian."""
     if problem.space == "weight":
@@ -91,19 +114,29 @@ def from_sites(problem, tau, nu):
         s = jnp.sqrt(tau)
         SK = s[:, None] * K
         L = jnp.linalg.cholesky(eye + SK * s[None, :])
+
+        def solve(X):
+            return cho_solve((L, True), X)
+
         # cho_solve then a product: measured faster on CPU than one triangular solve and V^T V
-        return _sym(K - SK.T @ cho_solve((L, True), SK)), _finite(L)
+        cov = _sym(K - SK.T @ solve(SK))
+        return K @ site_alpha(K, tau, nu, s, solve), cov, _finite(L)
 
     def general(_):  # some negative site precisions: M = sign(T) + S K S, LU; check PD after
         s = jnp.sqrt(jnp.abs(tau))
         SK = s[:, None] * K
         M = jnp.diag(jnp.where(tau >= 0, 1.0, -1.0).astype(K.dtype)) + SK * s[None, :]
-        cov = _sym(K - SK.T @ jnp.linalg.solve(M, SK))
-        jitter = 1e-10 * jnp.mean(jnp.diag(K)) * eye
-        return cov, _finite(cov) & jnp.all(jnp.diag(cov) > 0) & _finite(jnp.linalg.cholesky(cov + jitter))
+        factors = jax.scipy.linalg.lu_factor(M)
 
-    cov, ok = lax.cond(jnp.all(tau >= 0), positive, general, None)
-    mean = cov @ nu
+        def solve(X):
+            return jax.scipy.linalg.lu_solve(factors, X)
+
+        cov = _sym(K - SK.T @ solve(SK))
+        jitter = 1e-10 * jnp.mean(jnp.diag(K)) * eye
+        ok = _finite(cov) & jnp.all(jnp.diag(cov) > 0) & _finite(jnp.linalg.cholesky(cov + jitter))
+        return K @ site_alpha(K, tau, nu, s, solve), cov, ok
+
+    mean, cov, ok = lax.cond(jnp.all(tau >= 0), positive, general, None)
     return mean, cov, ok & _finite(mean)
 
 
@@ -112,7 +145,7 @@ def site_moments(problem, tau, nu):
     forming its covariance where that is avoidable: all a parallel EP sweep needs.
 
     Function space with non-negative site precisions: ``V = L^{-1} S K`` (one Cholesky, one
-    triangular solve), ``var = diag(K) - colsum(V^2)``, ``mean = K nu - V^T V nu``: ~1.3 n^3
+    triangular solve), ``var = diag(K) - colsum(V^2)``, ``mean = K alpha`` (`site_alpha`): ~1.3 n^3
     flops against ~4.3 n^3 for ``from_sites`` (Cholesky, two triangular solves and a product);
     measured 2-2.5x faster sweeps at n = 500-2000 (``benchmarks/ep_sweep_cost.py``).
     Otherwise (weight space, or some negative site precision) it reads them off ``from_sites``."""
@@ -125,7 +158,7 @@ def site_moments(problem, tau, nu):
             SK = s[:, None] * K
             L = jnp.linalg.cholesky(jnp.eye(n, dtype=K.dtype) + SK * s[None, :])
             V = solve_triangular(L, SK, lower=True)
-            mean = K @ nu - V.T @ (V @ nu)
+            mean = K @ site_alpha(K, tau, nu, s, lambda X: cho_solve((L, True), X))
             var = jnp.diag(K) - jnp.sum(V * V, axis=0)
             return mean, var, _finite(L)
 
@@ -158,8 +191,7 @@ def log_normaliser(problem, tau, nu):
         return 0.5 * jnp.dot(w, w) - jnp.sum(jnp.log(jnp.diag(L)))
     K = problem.prior_cov
     s, logdet, solve, _ = _function_parts(K, tau)
-    Kn = K @ nu
-    quad = jnp.dot(nu, Kn) - jnp.dot(s * Kn, solve(s * Kn))
+    quad = jnp.dot(nu, K @ site_alpha(K, tau, nu, s, solve))  # nu' (K^-1 + T)^-1 nu
     return 0.5 * quad - 0.5 * logdet
 
 
@@ -171,7 +203,7 @@ def gaussian_gradient_terms(K, tau, nu):
     site precisions need no special case: ``(K + T^-1)^-1 = S M^-1 S``. One factorisation and one
     solve with n right-hand sides; no derivative of a factorisation."""
     s, _, solve, _ = _function_parts(K, tau)
-    alpha = nu - s * solve(s * (K @ nu))
+    alpha = site_alpha(K, tau, nu, s, solve)
     R = s[:, None] * solve(jnp.diag(s))
     return jnp.outer(alpha, alpha) - 0.5 * (R + R.T), alpha
 
@@ -188,22 +220,6 @@ class LatentMap(NamedTuple):
     AS0: jax.Array | None
 
 
-def _refined_alpha(K, tau, nu, s, solve):
-    """``alpha = (I + T K)^-1 nu`` (the posterior mean is ``K alpha`` in site space), with one step
-    of iterative refinement. The direct form ``nu - S M^-1 S K nu`` cancels terms of size ``nu``:
-    Gaussian sites with little noise (``tau = 1 / noise^2 = 1e4``) left f's mean 1.2-3.0 posterior
-    sds off in float32 (GP regression, noise 0.01, 60 inputs); the residual ``nu - alpha - T K
-    alpha`` pushed through the same factorisation brings that to ~0.02 sd. Not enough for larger
-    problems in float32: at n = 500 still 5.4 sds off, at n = 1000 no better (72 -> 89 sds;
-    benchmarks/ep_mean_refinement.py)."""
-
-    def apply(r):  # (I + T K)^-1 r = r - S M^-1 S K r (Woodbury, M = sign(T) + S K S)
-        return r - s * solve(s * (K @ r))
-
-    alpha = apply(nu)
-    return alpha + apply(nu - alpha - tau * (K @ alpha))
-
-
 def to_latent(problem, latent: LatentMap, tau, nu):
     """(mean, cov) of the latent vector ``u`` under the EP approximation."""
     if problem.space == "weight":
@@ -213,7 +229,7 @@ def to_latent(problem, latent: LatentMap, tau, nu):
     K = problem.prior_cov
     s, _, solve, _ = _function_parts(K, tau)
     W = s[:, None] * latent.AS0
-    alpha = _refined_alpha(K, tau, nu, s, solve)
+    alpha = site_alpha(K, tau, nu, s, solve)
     mean = latent.m0 + latent.AS0.T @ alpha
     cov = latent.S0 - W.T @ solve(W)
     return mean, _sym(cov)

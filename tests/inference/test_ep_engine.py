@@ -217,6 +217,40 @@ def test_site_moments_are_the_marginals_of_the_global_gaussian(space):
         np.testing.assert_allclose(v2, v, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
+def test_the_function_space_mean_does_not_cancel_large_site_parameters(x64):
+    # Gaussian sites of noise 0.01 (tau = 1e4, nu = y / noise^2) on the near-singular RBF(2) Gram
+    # matrix (`gram`, with its jitter) of 400 inputs: ``K nu - K S B^-1 S K nu`` cancels terms of
+    # size 1e4 and left float32 means 5-28 posterior sds off; `site_alpha` measured 0.05-0.08 sds
+    # (seeds 0-2; a float32 Cholesky of ``K + noise^2 I``: 0.09-0.14), float64 ~2e-9.
+    # Reference: the float64 closed form from the same Gram matrix.
+    from inference.ep.gaussian import LatentMap, gaussian_gradient_terms, to_latent
+    from probmodels.kernels import RBF, gram
+
+    n = 400
+    with jax.enable_x64(x64):
+        rng = np.random.default_rng(0)
+        X = np.sort(rng.uniform(-3, 3, size=(n, 1)), 0)
+        y = np.sin(2 * X[:, 0]) + 0.01 * rng.normal(size=n)
+        K = jnp.asarray(gram(RBF(2.0), X)[0])
+        Kd = np.asarray(K, np.float64)
+        C = Kd + 1e-4 * np.eye(n)
+        exact, sd = Kd @ np.linalg.solve(C, y), np.sqrt(np.diag(Kd - Kd @ np.linalg.solve(C, Kd)))
+        tau = jnp.full(n, 1e4, K.dtype)
+        nu = jnp.asarray(y, K.dtype) * tau
+        p = EPProblem("function", None, K, jnp.zeros(n, K.dtype), ())
+        latent = LatentMap(jnp.zeros(n, K.dtype), None, K, K)
+
+        @jax.jit
+        def means(tau, nu):
+            return (from_sites(p, tau, nu)[0], site_moments(p, tau, nu)[0], to_latent(p, latent, tau, nu)[0],
+                    K @ gaussian_gradient_terms(K, tau, nu)[1])
+
+        tol = 1e-6 if x64 else 0.3
+        for name, m in zip(("from_sites", "site_moments", "to_latent", "gradient alpha"), means(tau, nu)):
+            err = np.max(np.abs(np.asarray(m, np.float64) - exact) / sd)
+            assert err < tol, (name, err)
+
 def test_nonconvergence_warns_and_stays_finite(probit_data):
     X, y = probit_data
     with pytest.warns(RuntimeWarning, match="did not converge.*damping"):
