@@ -21,16 +21,30 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from inference.ep.gaussian import log_normaliser
+from inference.ep.gaussian import large_sites, reduced_log_normaliser
 from inference.ep.problem import tilted
 from inference.ep.update import cavity, site_log_scale
 
 
+def reduced_site_log_scale(log_z, cm, cv, tau, nu):
+    """`site_log_scale` plus ``nu^2 / (2 tau)`` at `large_sites` (what `reduced_log_normaliser`
+    takes out), in closed form: ``log Z_i + log(1 + tau cv) / 2 + tau (nu / tau - cm)^2 / (2 (1 +
+    tau cv))``. For a Gaussian likelihood this is ``log N(0; 0, 1 / tau)`` whatever the cavity."""
+    big = large_sites(tau)
+    safe = jnp.where(big, tau, 1.0)
+    reduced = log_z + 0.5 * jnp.log1p(tau * cv) + 0.5 * safe * (nu / safe - cm) ** 2 / (1.0 + tau * cv)
+    return jnp.where(big, reduced, site_log_scale(log_z, cm, cv, tau, nu))
+
+
 @jax.jit
 def log_evidence(problem, state):
-    """``(log Z_EP, ok)``; ``ok`` is False when a cavity or tilted moment is invalid at the end."""
+    """``(log Z_EP, ok)``; ``ok`` is False when a cavity or tilted moment is invalid at the end.
+
+    Summed as (site scales + ``nu^2 / 2 tau``) + (Gaussian part - ``nu^2 / 2 tau``), each half in
+    closed form: the halves as written are of size ``y^2 / noise^2`` for Gaussian sites with little
+    noise and left float32 log Z 3-30 nats off (GP regression, noise 0.01, n = 60-500)."""
     cm, cv, ok = cavity(state.mean, state.var, state.tau, state.nu)
     log_z, _, _ = tilted(problem, cm, cv)
-    scales = site_log_scale(log_z, cm, cv, state.tau, state.nu)
-    value = jnp.sum(scales) + log_normaliser(problem, state.tau, state.nu)
+    scales = reduced_site_log_scale(log_z, cm, cv, state.tau, state.nu)
+    value = jnp.sum(scales) + reduced_log_normaliser(problem, state.tau, state.nu)
     return value, jnp.all(ok) & jnp.isfinite(value)
