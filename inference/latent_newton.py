@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from inference.ep.gaussian import site_alpha
+
 MAX_HALVINGS = 30
 
 
@@ -98,10 +100,11 @@ def _target(problem, a):
         K = problem.prior_cov
         f = K @ a
         _, d1, W = _derivatives(problem, f + problem.offset)
-        sW = jnp.sqrt(W)
         L = jnp.linalg.cholesky(_b_matrix(problem, W))
-        b = W * f + d1
-        return b - sW * jax.scipy.linalg.cho_solve((L, True), sW * (K @ b))
+        # (I + W K)^-1 (W f + h'), in EP's form without cancellation (`site_alpha`): R&W's
+        # ``b - W^1/2 B^-1 W^1/2 K b`` cancels terms of size W f ~ y / noise^2: on float32 GP
+        # regression (noise 0.01, n = 500) the log evidence at that mode was 3457 nats off
+        return site_alpha(K, W, W * f + d1, jnp.sqrt(W), lambda X: jax.scipy.linalg.cho_solve((L, True), X))
     P = problem.proj
     _, d1, W = _derivatives(problem, P @ a + problem.offset)
     L = jnp.linalg.cholesky(_b_matrix(problem, W))
