@@ -169,15 +169,15 @@ def test_component_distances_are_pooled_sd_units():
     assert probs[0, 1] == pytest.approx(10 * 0.2)
 
 
-def _mixture_post(locs, cov, X):
-    """A Posterior of gaussian_mixture on X whose draws all sit at (locs, cov), equal weights,
-    with its exact pointwise log likelihood."""
+def _mixture_post(locs, cov, X, spread=0.01):
+    """A Posterior of gaussian_mixture on X whose draws sit at (locs, cov) with locs spread by
+    ``spread`` (sd), equal weights, with its exact pointwise log likelihood."""
     from inference import _model
     from probmodels.mixtures import gaussian_mixture
 
     S, k = 50, locs.shape[0]
     rng = np.random.default_rng(0)
-    samples = {"weights": np.full((1, S, k), 1.0 / k), "locs": locs + 0.01 * rng.normal(size=(1, S) + locs.shape),
+    samples = {"weights": np.full((1, S, k), 1.0 / k), "locs": locs + spread * rng.normal(size=(1, S) + locs.shape),
                "cov": np.broadcast_to(cov, (1, S) + cov.shape).copy()}
     flat = {n: v[0] for n, v in samples.items()}
     ll = _model.pointwise_log_likelihood(gaussian_mixture, flat, (X,), {"num_components": k})
@@ -206,6 +206,19 @@ def test_a_collapsed_mixture_is_flagged_not_converged_and_warned():
         ok = md.check_collapse(right)
     assert not ok.diagnostics["collapsed"]["flagged"] and ok.diagnostics["converged"] is True
     assert ok.diagnostics["collapsed"]["pairs"] == [] and ok.diagnostics["collapsed"]["loglik_gap"] < 0
+
+
+def test_an_over_dispersed_fit_is_flagged_whatever_the_spread_of_its_log_likelihood():
+    """The right components with draws spread far wider than the data allow (sd 1.5 on locations
+    whose posterior sd is 0.05): their log likelihood is hundreds of nats short of the start, with
+    an sd of the same size, which must not excuse the shortfall (the cap of `collapse`)."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(-3.0, 0.5, (100, 1)), rng.normal(3.0, 0.5, (100, 1))]
+    wide = _mixture_post(np.array([[-3.0], [3.0]]), np.stack([np.eye(1) * 0.25] * 2), X, spread=1.5)
+    report = md.collapse(wide)
+    ll = sum(np.asarray(v).reshape(1, 50, -1).sum(-1) for v in wide.log_likelihood.values())
+    assert report["loglik_gap"] < md.COLLAPSE_MARGIN + 3.0 * ll.std()  # what the uncapped rule excused
+    assert report["flagged"] and report["pairs"] == [] and report["empty"] == []
 
 
 def test_a_fit_held_back_by_its_scale_prior_is_flagged_with_the_prior_named():
