@@ -190,7 +190,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         post = hook(model, args, kwargs, trace, **options)
         post.diagnostics.update(_kernel_jitter(trace))
         return post
-    _refuse_hyperparameters(trace)
+    _refuse_hyperparameters(model, args, kwargs, trace, seed)
     rec = _recognition_kept(model, args, kwargs, trace, seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
@@ -354,16 +354,27 @@ def _state_at(problem, tau, nu):
     return EPState(tau, nu, jnp.zeros_like(tau), mean, var), ok
 
 
-def _refuse_hyperparameters(trace) -> None:
+def _refuse_hyperparameters(model, args, kwargs, trace, seed) -> None:
     """``hyper=None`` with continuous non-Gaussian latent sites (a kernel parameter, a prior scale
-    given as a distribution): a ValueError naming them and the options. Discrete or Gaussian
-    sites are left to `recognise` (its own errors)."""
+    given as a distribution): a ValueError naming them and the options, or, where the model is no
+    latent-Gaussian model even with those sites fixed (a multivariate likelihood, a discrete
+    latent, a mixture of experts' gate), `recognise`'s own reason: advice to fix them or pass
+    ``hyper=`` would only lead to that second error. Discrete or Gaussian sites are left to
+    `recognise`."""
     found = []
     for name in latent_sites(trace):
         fn = trace[name]["fn"]
         if not (getattr(fn.support, "is_discrete", False) or isinstance(unwrap(fn), GAUSSIAN_PRIORS)):
             found.append(name)
     if found:
+        import numpyro
+
+        concrete = trace_model(model, args, kwargs, seed)  # a prior draw (the trace's values are abstract)
+        fixed = numpyro.handlers.condition(model, data={n: concrete[n]["value"] for n in found})
+        try:
+            recognition(fixed, args, kwargs, seed)
+        except ValueError as exc:
+            raise ValueError(f"EP does not apply to this model, even with {found} fixed: {exc}") from None
         priors = ", ".join(f"{n!r} has a {type(unwrap(trace[n]['fn'])).__name__} prior" for n in found)
         raise ValueError(
             f"the model has hyperparameter sites {found} ({priors}; EP needs Gaussian latent sites): pass "

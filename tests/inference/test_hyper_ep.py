@@ -333,3 +333,14 @@ def test_hyperparameter_sites_without_hyper_give_a_clear_error():
 
     with pytest.raises(ValueError, match=r"hyperparameter sites \['s'\].*hyper="):
         inference.ep(weights, X_REG, Y_REG > 0, progress=False)
+
+
+def test_a_model_ep_cannot_take_even_with_fixed_hyperparameters_is_refused_for_that_reason():
+    # PPCA's scales are hyperparameter sites, but its likelihood is multivariate: advice to fix
+    # them or pass hyper= only led to a second error (a new user's sweep); the first one says so.
+    import probmodels
+
+    Y = np.random.default_rng(0).normal(size=(20, 3))
+    with pytest.raises(ValueError, match=r"EP does not apply to this model, even with \[.*'noise'\] fixed: "
+                                         r"observed site 'Y' is multivariate"):
+        inference.ep(probmodels.ppca, Y, num_factors=1, progress=False)
