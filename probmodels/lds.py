@@ -294,7 +294,10 @@ def lds(obs=None, state_dim=2, *, num_steps=None, obs_dim=None, transition_scale
             the module docstring.
 
     Fit it with any engine, e.g. ``inference.laplace(probmodels.lds, y, state_dim=2)`` (y: (T, D));
-    the posterior then holds ``states`` (chain, draw, T, N). Prior predictive draws:
+    the posterior then holds ``states`` (chain, draw, T, N). Mean-field VI (``inference.vi``'s
+    default guide) gets the means right but its sds too small: against NUTS on the model's example
+    data, offsets' sds 0.18-0.24x and loadings' 0.44-0.56x, states' 95% intervals covering 81-87%
+    of the true states (NUTS: 88-97%); use NUTS or Laplace for intervals. Prior predictive draws:
 
     Example:
         >>> import jax, numpy as np, numpyro, probmodels
