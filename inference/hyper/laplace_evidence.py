@@ -40,6 +40,7 @@ import numpy as np
 import numpyro.distributions as dist
 from jax import lax
 
+from inference.ep.gaussian import site_alpha
 from inference.hyper import sites
 
 MAX_HALVINGS = 30
@@ -91,9 +92,11 @@ def _target(m, S, loglik, a, diagonal):
     R = _root_w(W, diagonal)
     if diagonal:
         B = jnp.eye(d, dtype=S.dtype) + R[:, None] * S * R[None, :]
-        b = jnp.maximum(W, 0.0) * f + g
         L = jnp.linalg.cholesky(B)
-        return b - R * jax.scipy.linalg.cho_solve((L, True), R * (S @ b))
+        # (I + W S)^-1 (W f + g) without cancelling terms of size W f (`site_alpha`): R&W's
+        # b - R B^-1 R S b put float32 GP regression (noise 0.01, n = 100) at lengthscale 1.18
+        # (evidence optimum 1.07) with hyper="map", reported converged
+        return site_alpha(S, R * R, jnp.maximum(W, 0.0) * f + g, R, lambda X: jax.scipy.linalg.cho_solve((L, True), X))
     B = jnp.eye(d, dtype=S.dtype) + R.T @ S @ R
     b = (R @ (R.T @ f)) + g
     L = jnp.linalg.cholesky(B)
