@@ -83,10 +83,8 @@ def vi(
     ``learning_rate``, ``check_every``; spike-and-slab: ``guide="normal"``); any other given a
     value other than its default raises ValueError naming it.
 
-    ``diagnostics["converged"]``: the ELBO plateau reached before ``steps`` (the mean-field guide:
-    with its parameters settled, `_iterates_settled`; its answer is then the average of the last
-    ``check_every`` iterates), the ELBO finite (README.md, "What `converged` means";
-    `inference.convergence`).
+    ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite
+    (README.md, "What `converged` means"; `inference.convergence`).
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -198,20 +196,7 @@ def vi(
         def run_chunk(state, data):
             a, kw = model_inputs(data)
             svi = svi_for(a, kw)
-
-            start = ravel_pytree(_raw_params(state))[0]
-
-            def step(carry, _):  # sums of the iterates' moves from the chunk's start (no cancellation)
-                s, total, squares = carry
-                s, loss = svi.update(s, *a, **kw)
-                move = ravel_pytree(_raw_params(s))[0] - start
-                return (s, total + move, squares + move * move), loss
-
-            zero = jnp.zeros_like(start)
-            (state, total, squares), losses = lax.scan(step, (state, zero, zero), None, length=check_every)
-            mean = total / check_every
-            sd = jnp.sqrt(jnp.maximum(squares / check_every - mean * mean, 0.0))
-            return state, losses, start + mean, sd
+            return lax.scan(lambda s, _: svi.update(s, *a, **kw), state, None, length=check_every)
 
         return _Programs(init, run_chunk, _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white))
 
@@ -235,11 +220,10 @@ def vi(
         starts = _model.start_values(model, args, kwargs, seed, default=init_to_prior_mean, trace=trace)
     state = progs.init(key, data, None if starts is None else {k: jnp.asarray(v) for k, v in starts.items()})
 
-    losses, level, prev, prev_iterates, converged, done = [], 0, None, None, False, 0
+    losses, level, prev, converged, done = [], 0, None, False, 0
     bar = _progress_bar(progress, steps)
     while done < steps:
-        state, chunk, average, jitter = progs.run_chunk(state, data)
-        iterates = (np.asarray(average, np.float64), np.asarray(jitter, np.float64))
+        state, chunk = progs.run_chunk(state, data)
         chunk = np.asarray(chunk)
         done += check_every
         losses.append(chunk)
@@ -251,26 +235,21 @@ def vi(
         if bar is not None:
             bar.update(check_every)
             bar.set_postfix(elbo=f"{-mean:.4g}", lr=f"{learning_rate * LR_LEVELS[level]:.2g}")
-        if (prev is not None and abs(mean - prev) <= max(tol * (1.0 + abs(mean)), 2.0 * se)
-                and (guide != "normal" or _iterates_settled(prev_iterates, iterates))):
+        if prev is not None and abs(mean - prev) <= max(tol * (1.0 + abs(mean)), 2.0 * se):
             if not tunable or level == len(LR_LEVELS) - 1:
                 converged = True
                 break
             level += 1
             state = _set_learning_rate(state, learning_rate * LR_LEVELS[level])
-            prev = prev_iterates = None
+            prev = None
             continue
-        prev, prev_iterates = mean, iterates
+        prev = mean
     if bar is not None:
         bar.close()
     if not converged:
-        warnings.warn(f"VI did not reach an ELBO plateau (with settled parameters, for the mean-field guide) in "
-                      f"{steps} steps: raise steps or learning_rate",
+        warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
                       skip_file_prefixes=_options.INTERNAL)
-    # at the plateau, the average of the last chunk's iterates (Polyak-Ruppert): a stochastic
-    # optimiser's last iterate jitters by about its step size (Adam: ~learning rate), more than a
-    # tight posterior's sd
-    raw = _unravel_like(_raw_params(state), average) if converged else _raw_params(state)
+    _, (raw, _) = state.optim_state  # numpyro's optax wrapper keeps (step, (params, optax_state))
     params, values, log_q, lp = progs.draw(raw, draw_key, data)
     flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)
     samples, loglik, observed = _model.finish_samples(
@@ -299,41 +278,6 @@ def vi(
         model=model, model_args=args, model_kwargs=kwargs, seed=seed,
     )
     return _model.postprocess(model, post)
-
-
-DRIFT = 2.0  # chunk-to-chunk move of an iterate average, in within-chunk sds (a steady drift: sqrt(12))
-RELEVANT = 0.05  # a move per chunk below 5% of q's sd (a location) or 5% of itself (a scale) is noise
-
-
-def _iterates_settled(previous, current) -> bool:
-    """Whether the mean-field guide's parameters (``auto_loc``, then ``auto_scale`` unconstrained
-    by softplus) stopped moving: between two consecutive chunks, each location's iterate average
-    moved at most `DRIFT` times its within-chunk sd (no drift to detect) or `RELEVANT` of q's sd
-    there (a drift too small to matter), and each scale likewise (`RELEVANT` in log scale). The
-    ELBO plateau alone is fooled by a noisy ELBO: mean-field VI of a linear regression with noise
-    0.01 stopped there with scales 6-12x the posterior's, 125 nats below its optimum, reported
-    converged."""
-    if previous is None:
-        return False
-    (m0, s0), (m1, s1) = previous, current
-    p = m1.size // 2
-    jitter = np.sqrt(0.5 * (s0 * s0 + s1 * s1))
-    drift = np.abs(m1 - m0)
-    sd = np.logaddexp(0.0, m1[p:])  # softplus: q's sd
-    log_move = np.abs(np.log(sd) - np.log(np.logaddexp(0.0, m0[p:])))
-    loc_ok = (drift[:p] <= DRIFT * jitter[:p]) | (drift[:p] <= RELEVANT * sd)
-    scale_ok = (drift[p:] <= DRIFT * jitter[p:]) | (log_move <= RELEVANT)
-    return bool(np.all(loc_ok) and np.all(scale_ok))
-
-
-def _unravel_like(tree, flat):
-    return ravel_pytree(tree)[1](jnp.asarray(flat))
-
-
-def _raw_params(state):
-    """The optimiser's (unconstrained) parameters: numpyro's optax wrapper keeps ``(step,
-    (params, optax_state))``."""
-    return state.optim_state[1][0]
 
 
 def _set_learning_rate(state, lr):
