@@ -22,6 +22,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 
 from inference import _options, _special, compiled, convergence, exported
 from inference._model import finish_samples, log_joint, observed_sites, structure_trace, trace_model
@@ -367,8 +368,6 @@ def _refuse_hyperparameters(model, args, kwargs, trace, seed) -> None:
         if not (getattr(fn.support, "is_discrete", False) or isinstance(unwrap(fn), GAUSSIAN_PRIORS)):
             found.append(name)
     if found:
-        import numpyro
-
         concrete = trace_model(model, args, kwargs, seed)  # a prior draw (the trace's values are abstract)
         fixed = numpyro.handlers.condition(model, data={n: concrete[n]["value"] for n in found})
         try:
