@@ -53,6 +53,8 @@ ELEMENTWISE = {
     "integer_pow", "square", "max", "min", "atan2", "nextafter", "select_n", "clamp", "eq", "ne",
     "lt", "le", "gt", "ge", "and", "or", "not", "xor", "is_finite", "convert_element_type",
     "copy", "copy_p", "stop_gradient", "reduce_precision", "real", "imag",
+    # jax >= 0.12.1 writes ndtr / erfc with these (Horner polynomials, bit tricks on floats)
+    "polynomial", "bitcast_convert_type",
 }
 # Shape-only ops that are harmless on a per-observation scalar (checked: sizes 1 or n).
 PASS_THROUGH = {"broadcast_in_dim", "reshape", "squeeze", "expand_dims", "copy", "copy_p",

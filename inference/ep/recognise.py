@@ -207,8 +207,9 @@ def _projection(name, g, env, frontier, n, D, u_test):
     for A2, b2 in maps[1:]:  # each other one must be scale * eta + shift, row by row
         norm2 = np.sum(A * A, axis=1)
         c = np.where(norm2 > 0, np.sum(A2 * A, axis=1) / np.where(norm2 > 0, norm2, 1.0), 1.0)
-        tol_a = 1e-9 * (np.abs(A2).max() + np.abs(A).max() + 1e-300)
-        if not np.allclose(A2, c[:, None] * A, rtol=1e-9, atol=tol_a):
+        rtol = 1e-9 if dt == jnp.float64 else 1e-6  # A2 = c * A rounded in the traced dtype
+        tol_a = rtol * (np.abs(A2).max() + np.abs(A).max() + 1e-300)
+        if not np.allclose(A2, c[:, None] * A, rtol=rtol, atol=tol_a):
             raise ValueError(
                 f"observed site {name!r}: its likelihood depends on the latent through more than one affine "
                 f"projection (e.g. a scale or second parameter that depends on the latent); EP supports one "
