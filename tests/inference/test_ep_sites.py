@@ -39,6 +39,25 @@ def test_probit_matches_quadrature(m, v, s):
     np.testing.assert_allclose(as_array(sites.probit(m, v, s)), want, rtol=1e-9, atol=1e-11)
 
 
+def test_probit_far_tail_moments_float32():
+    """float32 Mills ratio (erfcx form) and probit moments far in the left tail, against float64
+    closed forms: the ``exp(log N - log Phi)`` form was 2-3% off in the variance at z = -23
+    (round-off of ``log Phi ~ -265`` times ``z^2``)."""
+    z = np.array([-35.0, -23.0, -10.0, -3.0, -0.5, 0.0, 3.0, 8.0])
+    want = np.exp(stats.norm.logpdf(z) - special.log_ndtr(z))
+    v = 2.0
+    m = z * np.sqrt(1.0 + v)  # cavities whose standardised distance is z
+    with jax.enable_x64(False):
+        got = np.asarray(sites.mills(jnp.asarray(z, jnp.float32)), float)
+        moments = [as_array(sites.probit(jnp.float32(mi), jnp.float32(v), jnp.float32(1.0))) for mi in m]
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    for mi, (log_z, mean, var) in zip(m, moments):
+        ref = as_array(sites.probit(mi, v, 1.0))  # float64 (the suite's default)
+        assert np.isfinite([log_z, mean, var]).all() and var > 0
+        assert abs(mean - ref[1]) <= 1e-5 * (abs(ref[1]) + np.sqrt(ref[2])), (mi, mean, ref)
+        assert abs(var - ref[2]) <= 1e-3 * ref[2], (mi, var, ref)
+
+
 @pytest.mark.parametrize("m,v", CAVITIES)
 @pytest.mark.parametrize("y,noise_var", [(0.3, 1.0), (-2.0, 0.05), (4.0, 9.0)])
 def test_gaussian_matches_quadrature(m, v, y, noise_var):
