@@ -117,9 +117,11 @@ def mcmc(samples: dict, diverging=None) -> dict:
     return {"converged": converged, "max_rhat": max_rhat, "min_ess": min_ess, "divergences": divergences}
 
 
-def vi(plateau: bool, elbo) -> bool:
-    """VI: the ELBO plateau (or fixed point) reached before the step cap, with a finite ELBO."""
-    return bool(plateau) and _finite(elbo)
+def vi(plateau: bool, elbo, stationarity: dict | None = None) -> bool:
+    """VI: the ELBO plateau (or fixed point) reached before the step cap, with a finite ELBO, and
+    for a Gaussian guide q at the ELBO's optimum (``stationarity["at_optimum"]``, `inference.vi`)."""
+    at_optimum = stationarity is None or bool(stationarity["at_optimum"])
+    return bool(plateau) and _finite(elbo) and at_optimum
 
 
 def laplace(grad_norm, value, tol, *, hessian_pd: bool, decrement=None, dtype=np.float64) -> bool:

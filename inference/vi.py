@@ -2,7 +2,9 @@
 
 The step size is reduced tenfold each time the ELBO stops improving (its change over a window of
 ``check_every`` steps is within noise or below ``tol``); the fit stops at a plateau of the smallest
-step size, or after ``steps`` steps. Draws come from the fitted guide, with the guide's log density
+step size, or after ``steps`` steps. The answer at a plateau is the last chunk's average iterate. For
+a normal or mvn guide a plateau must also pass the ELBO's first-order optimum conditions
+(`_stationarity_fn`), else the step sizes restart: a noisy ELBO can hide a steady drift. Draws come from the fitted guide, with the guide's log density
 (``log_q``) and the model's log joint (``lp``) at each draw, both in the constrained space, so
 ``arviz.loo_approximate_posterior`` works. ``log_evidence`` is the ELBO (a lower bound).
 
@@ -27,9 +29,10 @@ import optax
 from jax import lax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
+from numpyro import distributions as dist
 from numpyro.infer import SVI, Trace_ELBO, init_to_uniform, init_to_value
 from numpyro.infer import autoguide
-from numpyro.infer.util import log_density
+from numpyro.infer.util import log_density, potential_energy
 from numpyro.optim import optax_to_numpyro
 
 from inference import _model, _options, _special, compiled, convergence, sharding, whiten
@@ -44,6 +47,13 @@ GUIDES = {
     "flow": autoguide.AutoIAFNormal,
 }
 LR_LEVELS = (1.0, 0.1, 0.01)
+# Antithetic pairs of draws of q for the optimum check of Gaussian guides (`_stationarity_fn`).
+STATIONARITY_PAIRS = 256
+# q is "at its optimum" unless, beyond Monte Carlo error, a coordinate's scale is off by more than
+# this factor from the one its own curvature asks for, or its mean is further than MEAN_OFF sds
+# from where one Newton step would put it.
+SCALE_OFF = 1.2
+MEAN_OFF = 0.2
 
 
 @compiled.scoped
@@ -83,8 +93,11 @@ def vi(
     ``learning_rate``, ``check_every``; spike-and-slab: ``guide="normal"``); any other given a
     value other than its default raises ValueError naming it.
 
-    ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite
-    (README.md, "What `converged` means"; `inference.convergence`).
+    ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite, and
+    for ``"normal"`` / ``"mvn"`` q at the ELBO's optimum: ``diagnostics["stationarity"]`` holds the
+    largest scale ratio (q's scale over the one its curvature asks for), the largest Newton step of
+    a mean in sds, and the restarts it caused (README.md, "What `converged` means";
+    `inference.convergence`).
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -194,11 +207,22 @@ def vi(
 
         @jax.jit
         def run_chunk(state, data):
+            """``check_every`` steps: the state, the losses and the chunk's average raw parameters
+            (Polyak averaging: the answer at a plateau, free of Adam's jitter around the optimum)."""
             a, kw = model_inputs(data)
             svi = svi_for(a, kw)
-            return lax.scan(lambda s, _: svi.update(s, *a, **kw), state, None, length=check_every)
 
-        return _Programs(init, run_chunk, _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white))
+            def step(carry, _):
+                s, total = carry
+                s, loss = svi.update(s, *a, **kw)
+                return (s, jax.tree.map(jnp.add, total, _raw(s))), loss
+
+            zero = jax.tree.map(jnp.zeros_like, _raw(state))
+            (state, total), losses = lax.scan(step, (state, zero), None, length=check_every)
+            return state, losses, jax.tree.map(lambda t: t / check_every, total)
+
+        return _Programs(init, run_chunk, _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white),
+                         _stationarity_fn(svi_for, model_inputs, fit_model, STATIONARITY_PAIRS))
 
     start_strategy = _model.site_init(init_to_prior_mean)
     if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
@@ -221,9 +245,11 @@ def vi(
     state = progs.init(key, data, None if starts is None else {k: jnp.asarray(v) for k, v in starts.items()})
 
     losses, level, prev, converged, done = [], 0, None, False, 0
+    checked = _gaussian_guide(guide)
+    stationarity, restarts = None, 0
     bar = _progress_bar(progress, steps)
     while done < steps:
-        state, chunk = progs.run_chunk(state, data)
+        state, chunk, average = progs.run_chunk(state, data)
         chunk = np.asarray(chunk)
         done += check_every
         losses.append(chunk)
@@ -237,6 +263,12 @@ def vi(
             bar.set_postfix(elbo=f"{-mean:.4g}", lr=f"{learning_rate * LR_LEVELS[level]:.2g}")
         if prev is not None and abs(mean - prev) <= max(tol * (1.0 + abs(mean)), 2.0 * se):
             if not tunable or level == len(LR_LEVELS) - 1:
+                if checked:  # a plateau of the ELBO's noise, not its optimum: go on at the first step size
+                    stationarity = _stationarity(*progs.stationarity(average, jax.random.fold_in(key, 11 + done), data))
+                    if not stationarity["at_optimum"] and tunable and done < steps:
+                        level, prev, restarts = 0, None, restarts + 1
+                        state = _set_learning_rate(state, learning_rate)
+                        continue
                 converged = True
                 break
             level += 1
@@ -249,7 +281,19 @@ def vi(
     if not converged:
         warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
                       skip_file_prefixes=_options.INTERNAL)
-    _, (raw, _) = state.optim_state  # numpyro's optax wrapper keeps (step, (params, optax_state))
+    # at a plateau the last chunk's average; at the step cap (perhaps still moving) the last iterate
+    raw = average if converged else _raw(state)
+    if checked and not converged:
+        stationarity = _stationarity(*progs.stationarity(raw, jax.random.fold_in(key, 11 + done), data))
+    if checked:
+        stationarity["restarts"] = restarts
+        if converged and not stationarity["at_optimum"]:
+            warnings.warn(
+                f"VI reached an ELBO plateau that is not the ELBO's optimum: q's scales are up to "
+                f"{stationarity['scale_ratio']:.3g}x off those its curvature asks for, its means up to "
+                f"{stationarity['mean_offset_sd']:.3g} sds off (diagnostics['stationarity']); "
+                f"converged=False: raise steps or learning_rate, or rescale the model's parameters",
+                skip_file_prefixes=_options.INTERNAL)
     params, values, log_q, lp = progs.draw(raw, draw_key, data)
     flat, log_q, lp = dict(values), np.asarray(log_q), np.asarray(lp)
     samples, loglik, observed = _model.finish_samples(
@@ -261,11 +305,13 @@ def vi(
     top = np.max(log_w)  # NumPy: the eager JAX logsumexp compiled 14 small programs in a new process
     is_log_ev = float(top + np.log(np.mean(np.exp(log_w - top)))) if np.isfinite(top) else float(top)
     diagnostics = {
-        "converged": convergence.vi(converged, elbo), "elbo": elbo,
+        "converged": convergence.vi(converged, elbo, stationarity), "elbo": elbo,
         "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
         "steps": done, "guide": guide_name, "importance_log_evidence": is_log_ev,
         "whitened": list(white),  # sites whose guide parameters (approximation) are in z = L^-1 (f - loc)
     }
+    if stationarity is not None:
+        diagnostics["stationarity"] = stationarity
     if mesh is not None:
         diagnostics.update(sharding.diagnostics(mesh))
     # Nested parameters (a flow's networks) are stored flattened; arrays keep their shape.
@@ -280,6 +326,11 @@ def vi(
     return _model.postprocess(model, post)
 
 
+def _raw(state):
+    """The raw (unconstrained) guide parameters of an SVI state."""
+    return state.optim_state[1][0]  # numpyro's optax wrapper keeps (step, (params, optax_state))
+
+
 def _set_learning_rate(state, lr):
     # numpyro's optax wrapper keeps (step, (params, optax_state)).
     i, (params, opt_state) = state.optim_state
@@ -291,12 +342,92 @@ def _set_learning_rate(state, lr):
 class _Programs(NamedTuple):
     """What a VI fit compiles, kept per model structure: the start ``init(key, data, values)``
     (SVI's state; ``values``: the model's own starting values or None), the chunk of ELBO steps
-    ``run_chunk(state, data)`` and the draws ``draw(raw_params, key, data)`` (the constrained
-    parameters, draws of the latent sites, log q and the log joint)."""
+    ``run_chunk(state, data)``, the draws ``draw(raw_params, key, data)`` (the constrained
+    parameters, draws of the latent sites, log q and the log joint) and the optimum check
+    ``stationarity(raw_params, key, data)`` (Gaussian guides; `_stationarity_fn`)."""
 
     init: Callable
     run_chunk: Callable
     draw: Callable
+    stationarity: Callable
+
+
+def _gaussian_guide(guide) -> bool:
+    """A guide whose optimum `_stationarity_fn` can check: mean-field or full-rank normal."""
+    if isinstance(guide, str):
+        return guide in ("normal", "mvn")
+    return isinstance(guide, (autoguide.AutoDiagonalNormal, autoguide.AutoMultivariateNormal))
+
+
+def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
+    """The ELBO's first-order optimum conditions for a Gaussian ``q = N(m, L L')`` over the
+    unconstrained latent ``z``, as effect sizes per coordinate, from ``pairs`` antithetic pairs
+    ``m +- L eps``. With ``g = grad log p(z)`` (Stein's lemma):
+
+    - ``c_i = -E[g_i (z_i - m_i)] = (E[H] Sigma)_ii``, 1 at the optimum of a mean-field or a
+      full-rank q: the squared ratio of q's scale to the one the curvature asks for;
+    - ``o_i = (Sigma E[g])_i / sd_i``, 0 at the optimum: one Newton step of the mean in q's sds
+      (divided by ``sqrt(c_i)`` in `_stationarity`: in the sds the curvature asks for).
+
+    An ELBO plateau can hide a q far from both (a tight posterior fitted from wide scales: the
+    noisy ELBO changes less per chunk than its noise while the scales still drift). Returns the
+    per-pair values of ``c`` and ``o`` (pairs x dim); for a Gaussian posterior ``o`` is exact."""
+
+    def check(raw_params, key, data):
+        a, kw = model_inputs(data)
+        svi = svi_for(a, kw)
+        guide = svi.guide
+        q = guide.get_posterior(svi.constrain_fn(raw_params))
+        loc = q.loc
+        eps = jax.random.normal(key, (pairs,) + loc.shape, loc.dtype)
+        if isinstance(q, dist.MultivariateNormal):
+            L = q.scale_tril
+            d = eps @ L.T
+            cov = L @ L.T
+            sd = jnp.sqrt(jnp.diagonal(cov))
+        else:
+            d = eps * q.scale
+            sd = q.scale
+
+        def grad_log_p(z):
+            return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
+
+        gp, gm = jax.vmap(grad_log_p)(loc + d), jax.vmap(grad_log_p)(loc - d)
+        c = -(gp - gm) * d / 2
+        g = (gp + gm) / 2
+        o = (g @ cov) / sd if isinstance(q, dist.MultivariateNormal) else g * sd
+        return c, o
+
+    return jax.jit(check)
+
+
+def _stationarity(c, o) -> dict:
+    """Summary of `_stationarity_fn`'s per-pair values: q is at its optimum unless some coordinate's
+    scale ratio or mean offset is beyond ``SCALE_OFF`` / ``MEAN_OFF`` by more than a Bonferroni
+    z over the coordinates times its Monte Carlo standard error. Non-finite gradients at more than
+    1% of the pairs (q putting mass where the model's density is undefined) also fail it."""
+    from scipy.special import ndtri
+
+    c, o = np.asarray(c, float), np.asarray(o, float)
+    ok = np.all(np.isfinite(c), axis=1) & np.all(np.isfinite(o), axis=1)
+    n, dim = int(ok.sum()), c.shape[1]
+    if n < 0.99 * len(ok) or n < 8:
+        return {"at_optimum": False, "scale_ratio": float("nan"), "mean_offset_sd": float("nan"),
+                "finite_pairs": n, "pairs": len(ok)}
+    c, o = c[ok], o[ok]
+    cm, cs = c.mean(0), c.std(0, ddof=1) / np.sqrt(n)
+    om, osd = o.mean(0), o.std(0, ddof=1) / np.sqrt(n)
+    z = float(ndtri(1.0 - 0.005 / (2 * dim)))  # 1% over every test, two per coordinate
+    r2 = SCALE_OFF ** 2
+    too_wide = cm - z * cs > r2
+    too_narrow = cm + z * cs < 1.0 / r2
+    ratio = np.sqrt(np.clip(cm, 1e-12, None))
+    # the Newton step in the sds the curvature asks for (q's sds / ratio)
+    om, osd = om / ratio, osd / ratio
+    off = np.abs(om) - z * osd > MEAN_OFF
+    return {"at_optimum": not bool(np.any(too_wide | too_narrow | off)),
+            "scale_ratio": float(np.max(np.maximum(ratio, 1.0 / ratio))),
+            "mean_offset_sd": float(np.max(np.abs(om))), "finite_pairs": n, "pairs": len(ok)}
 
 
 def _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white):

@@ -1,0 +1,118 @@
+"""inference.vi's optimum check: the ELBO's first-order conditions for Gaussian guides, as effect
+sizes (a scale ratio and a Newton step of the mean in sds), checked on Gaussian targets where both
+are known in closed form, then end to end: a plateau that is not the optimum is never converged."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import biject_to
+import optax
+import pytest
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal
+from numpyro.optim import optax_to_numpyro
+
+import importlib
+
+import inference
+
+vi_module = importlib.import_module("inference.vi")  # the module (inference.vi is the function)
+
+MU = np.array([1.0, -2.0, 0.5])
+SD = np.array([0.5, 3.0, 1e-3])  # one tight coordinate, as a posterior with little noise
+COV = np.array([[1.0, 0.6, 0.0], [0.6, 2.0, -0.3], [0.0, -0.3, 0.5]])
+
+
+def _independent():
+    numpyro.sample("x", dist.Normal(jnp.asarray(MU), jnp.asarray(SD)))
+
+
+def _correlated():
+    numpyro.sample("x", dist.MultivariateNormal(jnp.asarray(MU), jnp.asarray(COV)))
+
+
+def _check(model, guide_cls, loc, scale, pairs=512, seed=0):
+    """`_stationarity_fn` on ``model`` with the guide's parameters set to (loc, scale): scale is a
+    vector (diagonal guide) or a lower-triangular factor (full-rank guide)."""
+    guide = guide_cls(model)
+    svi = SVI(model, guide, optax_to_numpyro(optax.adam(1e-3)), Trace_ELBO())
+    state = svi.init(jax.random.PRNGKey(0))
+    raw = dict(vi_module._raw(state))
+    dt = raw["auto_loc"].dtype
+    raw["auto_loc"] = jnp.asarray(loc, dt)
+    if guide_cls is AutoDiagonalNormal:  # softplus-positive
+        raw["auto_scale"] = jnp.asarray(np.log(np.expm1(scale)), dt)
+    else:  # the guide's constraint on its Cholesky factor, inverted
+        raw["auto_scale_tril"] = biject_to(guide.scale_tril_constraint).inv(jnp.asarray(scale, dt))
+    fn = vi_module._stationarity_fn(lambda a, kw: svi, lambda d: ((), {}), model, pairs)
+    c, o = fn(raw, jax.random.PRNGKey(seed), None)
+    return np.asarray(c), np.asarray(o), vi_module._stationarity(c, o)
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_the_optimum_of_a_mean_field_gaussian_passes(x64):
+    # q = the target itself (its mean-field optimum): every scale ratio 1 within Monte Carlo error,
+    # every Newton step exactly 0 (antithetic pairs: exact for a Gaussian target)
+    with jax.enable_x64(x64):
+        c, o, s = _check(_independent, AutoDiagonalNormal, MU, SD)
+    se = c.std(0) / np.sqrt(len(c))
+    assert np.all(np.abs(c.mean(0) - 1.0) < 4 * se), (c.mean(0), se)
+    assert np.max(np.abs(o)) < (1e-9 if x64 else 2e-3)
+    assert s["at_optimum"] and s["scale_ratio"] < 1.1 and s["pairs"] == 512
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_scales_and_means_off_the_optimum_are_measured_and_flagged(x64):
+    with jax.enable_x64(x64):
+        # scales 3x too wide in the tight coordinate: ratio 3 there
+        _, _, wide = _check(_independent, AutoDiagonalNormal, MU, SD * np.array([1.0, 1.0, 3.0]))
+        # mean 1 sd off in the first coordinate: the Newton step measures exactly 1 sd
+        _, o, off = _check(_independent, AutoDiagonalNormal, MU + np.array([0.5, 0.0, 0.0]), SD)
+        # scales half the optimum everywhere
+        _, _, narrow = _check(_independent, AutoDiagonalNormal, MU, SD / 2)
+    assert not wide["at_optimum"] and abs(wide["scale_ratio"] - 3.0) < 0.3, wide
+    # the step is exact in q's sds; in the curvature's sds it is divided by the estimated ratio
+    np.testing.assert_allclose(o.mean(0), [-1.0, 0.0, 0.0], atol=1e-3)  # the step back to MU
+    assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.05, off
+    assert not narrow["at_optimum"] and abs(narrow["scale_ratio"] - 2.0) < 0.2, narrow
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_a_full_rank_guide_is_checked_against_its_own_optimum(x64):
+    L = np.linalg.cholesky(COV)
+    with jax.enable_x64(x64):
+        _, _, at = _check(_correlated, AutoMultivariateNormal, MU, L)
+        _, _, wide = _check(_correlated, AutoMultivariateNormal, MU, 2.0 * L)
+        _, _, off = _check(_correlated, AutoMultivariateNormal, MU + L @ np.array([1.0, 0.0, 0.0]), L)
+    assert at["at_optimum"] and at["scale_ratio"] < 1.15 and at["mean_offset_sd"] < 1e-3, at
+    assert not wide["at_optimum"] and abs(wide["scale_ratio"] - 2.0) < 0.2, wide
+    assert not off["at_optimum"] and off["mean_offset_sd"] > 0.5, off
+
+
+def test_a_plateau_of_a_stalled_optimiser_is_not_converged():
+    # Adam at 1e-6 barely moves: the ELBO's chunk means agree within noise (a plateau), yet q is
+    # the start, far from the optimum. The plateau test alone reported converged=True.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 2))
+    y = X @ np.array([1.0, -1.0]) + 0.1 * rng.normal(size=100)
+    import probmodels
+
+    with pytest.warns(UserWarning, match="not the ELBO's optimum"):
+        post = inference.vi(probmodels.linear_regression, X, y, noise_scale=0.1, optimizer=optax.adam(1e-6),
+                            steps=2000, check_every=500, num_samples=100, progress=False)
+    st = post.diagnostics["stationarity"]
+    assert post.diagnostics["converged"] is False and not st["at_optimum"], st
+    assert st["scale_ratio"] > 3.0, st
+
+
+def test_other_guides_carry_no_optimum_check():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 2))
+    y = X @ np.array([1.0, -1.0]) + rng.normal(size=40)
+    import probmodels
+
+    post = inference.vi(probmodels.linear_regression, X, y, noise_scale=1.0, guide="lowrank", steps=4000,
+                        check_every=250, num_samples=50, progress=False)
+    assert "stationarity" not in post.diagnostics
