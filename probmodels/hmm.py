@@ -412,7 +412,7 @@ def demo_cases():
         return [path]
 
     options = {"mcmc": {"num_samples": 400, "num_warmup": 400, "num_chains": 2},
-               "vi": {"steps": 3000, "learning_rate": 0.02, "num_samples": 500},
+               "vi": {"learning_rate": 0.02, "num_samples": 500},  # plateau at 3500 steps (a 3000 cap: not converged)
                "laplace": {"num_samples": 500}}
     return [Case("hmm_geyser", hmm, (duration,), {"num_states": 2, "emission": "gaussian"},
                  ("mcmc", "vi", "laplace"), score, options, plot)]
