@@ -25,7 +25,9 @@ normal sites nothing else depends on). ``inference.laplace(model, ..., hyper=...
 ``grad_norm``, ``iterations``, ``evaluations``, ``trace`` (``log Z + log p`` at each accepted
 step), ``log_evidence_at_mode``, ``converged``; with ``"integrate"`` also ``design``, ``points``,
 ``hessian`` and ``weights``. ``diagnostics["converged"]`` is False when the search did not
-converge, an evaluation failed, or a draw's density is not finite.
+converge (the gain left, ``g' H^-1 g / 2``, above ``tol`` with the Hessian itself, by central
+differences, not only with BFGS's estimate: `optimize.maximize`), an evaluation failed, or a
+draw's density is not finite.
 
 The engine's side (how EP plugs in)
 -----------------------------------
