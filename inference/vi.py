@@ -2,10 +2,10 @@
 
 The step size is reduced tenfold each time the ELBO stops improving (its change over a window of
 ``check_every`` steps is within noise or below ``tol``); the fit stops at a plateau of the smallest
-step size, or after ``steps`` steps. The answer at a plateau is the last chunk's average iterate. For
-a normal or mvn guide a plateau must also pass the ELBO's first-order optimum conditions
-(`_stationarity_fn`), else the step sizes restart: a noisy ELBO can hide a steady drift. Draws come from the fitted guide, with the guide's log density
-(``log_q``) and the model's log joint (``lp``) at each draw, both in the constrained space, so
+step size, or after ``steps`` steps. The answer at a plateau is the last chunk's average iterate.
+For a normal or mvn guide a plateau must also pass the ELBO's first-order optimum conditions
+(`_stationarity_fn`), else the step sizes restart: a noisy ELBO can hide a steady drift. Draws
+come from the fitted guide, with the guide's log density (``log_q``) and the model's log joint (``lp``) at each draw, both in the constrained space, so
 ``arviz.loo_approximate_posterior`` works. ``log_evidence`` is the ELBO (a lower bound).
 
 Example:
@@ -247,6 +247,10 @@ def vi(
     losses, level, prev, converged, done = [], 0, None, False, 0
     checked = _gaussian_guide(guide)
     stationarity, restarts = None, 0
+
+    def optimum_check(raw_params):
+        return _stationarity(*progs.stationarity(raw_params, jax.random.fold_in(key, 11 + done), data))
+
     bar = _progress_bar(progress, steps)
     while done < steps:
         state, chunk, average = progs.run_chunk(state, data)
@@ -264,7 +268,7 @@ def vi(
         if prev is not None and abs(mean - prev) <= max(tol * (1.0 + abs(mean)), 2.0 * se):
             if not tunable or level == len(LR_LEVELS) - 1:
                 if checked:  # a plateau of the ELBO's noise, not its optimum: go on at the first step size
-                    stationarity = _stationarity(*progs.stationarity(average, jax.random.fold_in(key, 11 + done), data))
+                    stationarity = optimum_check(average)
                     if not stationarity["at_optimum"] and tunable and done < steps:
                         level, prev, restarts = 0, None, restarts + 1
                         state = _set_learning_rate(state, learning_rate)
@@ -284,7 +288,7 @@ def vi(
     # at a plateau the last chunk's average; at the step cap (perhaps still moving) the last iterate
     raw = average if converged else _raw(state)
     if checked and not converged:
-        stationarity = _stationarity(*progs.stationarity(raw, jax.random.fold_in(key, 11 + done), data))
+        stationarity = optimum_check(raw)
     if checked:
         stationarity["restarts"] = restarts
         if converged and not stationarity["at_optimum"]:
@@ -380,14 +384,9 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         q = guide.get_posterior(svi.constrain_fn(raw_params))
         loc = q.loc
         eps = jax.random.normal(key, (pairs,) + loc.shape, loc.dtype)
-        if isinstance(q, dist.MultivariateNormal):
-            L = q.scale_tril
-            d = eps @ L.T
-            cov = L @ L.T
-            sd = jnp.sqrt(jnp.diagonal(cov))
-        else:
-            d = eps * q.scale
-            sd = q.scale
+        full = isinstance(q, dist.MultivariateNormal)
+        L = q.scale_tril if full else None
+        d = eps @ L.T if full else eps * q.scale
 
         def grad_log_p(z):
             return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
@@ -395,8 +394,10 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         gp, gm = jax.vmap(grad_log_p)(loc + d), jax.vmap(grad_log_p)(loc - d)
         c = -(gp - gm) * d / 2
         g = (gp + gm) / 2
-        o = (g @ cov) / sd if isinstance(q, dist.MultivariateNormal) else g * sd
-        return c, o
+        if full:  # Sigma g / sd
+            cov = L @ L.T
+            return c, (g @ cov) / jnp.sqrt(jnp.diagonal(cov))
+        return c, g * q.scale
 
     return jax.jit(check)
 

@@ -39,7 +39,12 @@ def mills(z):
     """``N(z) / Phi(z)``. In the left tail as ``sqrt(2 / pi) / erfcx(-z / sqrt 2)``, to the
     precision of ``erfcx``: the form ``exp(log N(z) - log Phi(z))`` carries the absolute round-off
     of ``log Phi(z) ~ -z^2 / 2`` (relative ``~1e-7 z^2 / 2`` in float32), which a tilted variance
-    then multiplies by ``z^2`` (2.8% at z = -23 in float32)."""
+    then multiplies by ``z^2`` (2.8% at z = -23 in float32).
+
+    Example (``N(0) / Phi(0) = 2 / sqrt(2 pi)``; ``~ -z`` far in the left tail):
+        >>> round(float(mills(0.0)), 6), round(float(mills(-30.0)), 3)
+        (0.797885, 30.033)
+    """
     neg = jnp.minimum(z, 0.0)
     left = np.sqrt(2.0 / np.pi) / erfcx(-neg / np.sqrt(2.0))
     right = jnp.exp(_std_normal_logpdf(z) - log_ndtr(jnp.maximum(z, 0.0)))
@@ -91,24 +96,30 @@ def log_diff_ndtr(z1, z0):
     b = jnp.where(flip, -z1, z0)
     la, lb = log_ndtr(a, series_order=10), log_ndtr(b, series_order=10)
     d = jnp.minimum(lb - la, 0.0)  # log(Phi(b) / Phi(a)) <= 0
-    return la + jnp.where(d > -0.6931471805599453, jnp.log(-jnp.expm1(d)), jnp.log1p(-jnp.exp(d)))
+    return la + _log1mexp(d)
 
 
-def _interval_ratios(z1, z0):
-    """``N(z1) / Z`` and ``N(z0) / Z`` for ``Z = Phi(z1) - Phi(z0)``, through Mills ratios: with
-    ``Z = Phi(a) (1 - e^d)``, ``d = log(Phi(b) / Phi(a))`` (``a, b = z1, z0``, or ``-z0, -z1`` in
-    the right tail, as :func:`log_diff_ndtr`), ``N(a) / Z = mills(a) / (1 - e^d)`` and
-    ``N(b) / Z = mills(b) e^d / (1 - e^d)``; a cut at infinity gives 0."""
+def _log1mexp(d):
+    """``log(1 - e^d)`` for ``d <= 0``, accurate at both ends."""
+    return jnp.where(d > -0.6931471805599453, jnp.log(-jnp.expm1(d)), jnp.log1p(-jnp.exp(d)))
+
+
+def _interval(z1, z0):
+    """``log Z``, ``N(z1) / Z`` and ``N(z0) / Z`` for ``Z = Phi(z1) - Phi(z0)``, the ratios through
+    Mills ratios: with ``Z = Phi(a) (1 - e^d)``, ``d = log(Phi(b) / Phi(a))`` (``a, b = z1, z0``,
+    or ``-z0, -z1`` in the right tail, as :func:`log_diff_ndtr`), ``N(a) / Z = mills(a) / (1 -
+    e^d)`` and ``N(b) / Z = mills(b) e^d / (1 - e^d)``; a cut at infinity gives 0."""
     flip = z0 > 0.0
     a = jnp.where(flip, -z0, z1)
     b = jnp.where(flip, -z1, z0)
     fa, fb = jnp.isfinite(a), jnp.isfinite(b)  # a is finite or +inf, b finite or -inf
     a_, b_ = jnp.where(fa, a, 1e4), jnp.where(fb, b, 0.0)  # Phi(1e4) = 1
-    d = jnp.where(fb, jnp.minimum(log_ndtr(b_, series_order=10) - log_ndtr(a_, series_order=10), 0.0), -jnp.inf)
+    la = log_ndtr(a_, series_order=10)
+    d = jnp.where(fb, jnp.minimum(log_ndtr(b_, series_order=10) - la, 0.0), -jnp.inf)
     inv = -1.0 / jnp.expm1(d)  # 1 / (1 - e^d)
     ra = jnp.where(fa, mills(a_) * inv, 0.0)
     rb = jnp.where(fb, mills(b_) * jnp.exp(d) * inv, 0.0)
-    return jnp.where(flip, rb, ra), jnp.where(flip, ra, rb)
+    return la + _log1mexp(d), jnp.where(flip, rb, ra), jnp.where(flip, ra, rb)
 
 
 def _times(z, r):
@@ -123,8 +134,7 @@ def ordinal(m, v, lo, hi, s):
     extreme categories; every ratio is formed in log space (far-tail cavities give no NaN)."""
     sq = jnp.sqrt(s * s + v)
     z1, z0 = (hi - m) / sq, (lo - m) / sq
-    log_z = log_diff_ndtr(z1, z0)
-    r1, r0 = _interval_ratios(z1, z0)
+    log_z, r1, r0 = _interval(z1, z0)
     alpha = (r0 - r1) / sq  # d log Z / dm
     beta = (_times(z0, r0) - _times(z1, r1)) / (sq * sq) - alpha * alpha  # d2 log Z / dm2
     return log_z, m + v * alpha, v + v * v * beta

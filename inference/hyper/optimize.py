@@ -63,6 +63,18 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
     k = phi.size
     Hinv = np.eye(k)
     trace, evaluations, stalled, gain = [F], 1, False, np.inf
+
+    def small(gain, F):
+        return gain <= max(tol, 100 * eps * max(1.0, abs(F)))
+
+    def checked(gain):
+        """(gain read with the Hessian itself where BFGS's is small, that Hessian or None)."""
+        if not (small(gain, F) and ok):
+            return gain, None
+        H = hessian(value_and_grad, phi.astype(dtype), warm)
+        newton = _newton_gain(H, g)
+        return (gain, None) if newton is None else (max(gain, newton), H)
+
     checks = 0
     it = 0
     for it in range(1, max_iter + 1):
@@ -71,21 +83,18 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
             Hinv = np.eye(k)
             p = g.copy()
         gain = 0.5 * float(g @ p)
-        if gain <= max(tol, 100 * eps * max(1.0, abs(F))) and ok:
+        if small(gain, F) and ok:
             # BFGS's H^-1 can be far too small along a flat direction (scaled by a steep one's
             # curvature), predicting no gain where there is: the gain is read again with the
             # Hessian itself (central differences of the exact gradient), and the search goes on
             # with it where it is larger
             checks += 1
-            H = hessian(value_and_grad, phi.astype(dtype), warm)
             evaluations += 2 * k
-            newton = _newton_gain(H, g)
-            if newton is None or newton <= max(tol, 100 * eps * max(1.0, abs(F))) or checks > MAX_CHECKS:
-                gain = gain if newton is None else max(gain, newton)
+            gain, H = checked(gain)
+            if H is None or small(gain, F) or checks > MAX_CHECKS:
                 break
             Hinv = np.linalg.inv(H)
             p = Hinv @ g
-            gain = newton
         t = min(1.0, max_step / max(float(np.max(np.abs(p))), 1e-300))
         for _ in range(MAX_HALVINGS):
             trial = _host(value_and_grad((phi + t * p).astype(dtype), warm))
@@ -110,13 +119,11 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
         F, g, warm, ok, log_z = trial
         trace.append(F)
     else:  # max_iter reached: BFGS's predicted gain, read again with the Hessian where it is small
-        p = Hinv @ g
-        gain = 0.5 * float(g @ p)
-        if gain <= max(tol, 100 * eps * max(1.0, abs(F))) and ok:
-            newton = _newton_gain(hessian(value_and_grad, phi.astype(dtype), warm), g)
+        gain = 0.5 * float(g @ (Hinv @ g))
+        if small(gain, F) and ok:
             evaluations += 2 * k
-            gain = gain if newton is None else max(gain, newton)
-    converged = bool(ok and gain <= max(tol, 100 * eps * max(1.0, abs(F))) and np.isfinite(F))
+            gain, _ = checked(gain)
+    converged = bool(ok and small(gain, F) and np.isfinite(F))
     return MapResult(phi.astype(dtype), F, log_z, g, warm, converged, it, evaluations, trace, float(gain), stalled)
 
 
