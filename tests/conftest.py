@@ -26,17 +26,11 @@ def _run_cache():
     atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
-# XLA's LLVM backend at optimisation level 1 (users get 3). jax 0.12.1 compiles much more slowly at
-# level 3 than 0.12.0.1 did (a NUTS program: 1.9-2.3 s against 0.83 s, same machine; no other flag
-# restores it: max ISA AVX2 or SSE4.2, vector width 256, codegen split, tiling propagation, thunk
-# runtime off all left it at 1.7-2.2 s); level 1 compiles it in 1.2 s and the compiled code runs
-# as fast (level 0: 0.8 s but 3-6x slower code). Measured 2026-12-06, jax 0.12.1, two files
-# (test_engines_conjugate.py, test_mixtures.py) run side by side: 351 s at level 3, 329 s at 2,
-# 296 s at 1, 331 s at 0; the whole `make test` 22m51s at level 1 (all passed) against 26m30s at
-# level 3 (session 59's clean clone). What changes: round-off only (deterministic engines agree
-# with level 3 to 1 ulp in float32 and float64; an MCMC chain, being chaotic, then follows another
-# path, statistically the same). `make demo` runs at XLA's defaults, as users do; an XLA_FLAGS
-# set by the caller replaces this one (e.g. to run the suite at level 3).
+# XLA's LLVM backend at optimisation level 1 (users get 3): under jax 0.12.1 level 3 compiles a NUTS
+# program in 1.9-2.3 s, level 1 in 1.2 s with code as fast; `make test` 26m30s -> 22m23s. Results
+# differ by round-off only (an MCMC chain then follows another path). Measurements and the flags
+# that did not help: benchmarks/RESULTS.md, "jax 0.12.1 and XLA's optimisation level". `make demo`
+# runs at XLA's defaults, as users do; an XLA_FLAGS set by the caller replaces this one.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=1")
 os.environ.setdefault("INFERENCE_PROGRESS", "0")
 _run_cache()
