@@ -176,6 +176,24 @@ def concrete_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:
         return trace_model(model, args, kwargs, seed)
 
 
+def support_point(model, args, kwargs, seed: int, names) -> dict:
+    """The values of sites ``names`` at `concrete_trace`'s point (uniform in the unconstrained
+    space), from one compiled run with the data closed over: for callers that need some valid value
+    of a few sites, not a draw. Op by op, a Gaussian mixture's trace compiled ~160 small programs
+    (~5 s in a new process). Falls back to `concrete_trace` when the model cannot run traced."""
+
+    def point():
+        sub = handlers.substitute(handlers.seed(model, rng_seed=seed), substitute_fn=init_to_uniform)
+        tr = handlers.trace(sub).get_trace(*args, **kwargs)
+        return {n: tr[n]["value"] for n in names}
+
+    try:
+        return jax.jit(point)()
+    except Exception:  # noqa: BLE001 - concrete_trace raises the model's own error, or succeeds
+        tr = concrete_trace(model, args, kwargs, seed)
+        return {n: tr[n]["value"] for n in names}
+
+
 class _nullcontext:
     def __enter__(self):
         return self

@@ -25,7 +25,7 @@ import numpy as np
 import numpyro
 
 from inference import _options, _special, compiled, convergence, exported
-from inference._model import finish_samples, log_joint, observed_sites, structure_trace, trace_model
+from inference._model import finish_samples, log_joint, observed_sites, structure_trace, support_point, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import site_moments, to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
@@ -368,8 +368,9 @@ def _refuse_hyperparameters(model, args, kwargs, trace, seed) -> None:
         if not (getattr(fn.support, "is_discrete", False) or isinstance(unwrap(fn), GAUSSIAN_PRIORS)):
             found.append(name)
     if found:
-        concrete = trace_model(model, args, kwargs, seed)  # a prior draw (the trace's values are abstract)
-        fixed = numpyro.handlers.condition(model, data={n: concrete[n]["value"] for n in found})
+        # a value in each site's support (the trace's values are abstract): only the structure of
+        # the fixed model matters here, and an eager prior draw compiled ~160 small programs
+        fixed = numpyro.handlers.condition(model, data=support_point(model, args, kwargs, seed, found))
         try:
             recognition(fixed, args, kwargs, seed)
         except ValueError as exc:
