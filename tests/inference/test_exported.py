@@ -132,11 +132,12 @@ def test_a_kept_program_is_read_back_and_gives_the_same_draws(tmp_path, monkeypa
 
 
 _SCRIPT = """
-import hashlib, sys, numpy as np, jax
+import hashlib, importlib, pathlib, sys, numpy as np, jax
+sys.dont_write_bytecode = True  # the edit below keeps the file's size: a cached .pyc could hide it
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, sys.argv[2])
 import inference
-from inference import compiled
+from inference import compiled, exported
 exports = []
 real = jax.export.export
 jax.export.export = lambda *a, **k: exports.append(1) or real(*a, **k)
@@ -144,6 +145,7 @@ from program_model import model
 fit = lambda: inference.mcmc(model, np.array([1.0, 2.0, 0.5, -0.3]), num_warmup=30, num_samples=20, num_chains=2,
                              chain_method="parallel", seed=3, progress=False)
 digest = lambda post: hashlib.sha256(np.asarray(post.samples["mu"]).tobytes()).hexdigest()[:16]
+files = lambda: len([p for p in pathlib.Path(directory).iterdir() if p.name.startswith(exported.PREFIX)])
 directory = sys.argv[1]
 if directory.startswith("plain+"):  # first a fit with the program cache off (nothing kept), then as a new process would
     compiled.cache_dir = lambda: None
@@ -153,7 +155,14 @@ if directory.startswith("plain+"):  # first a fit with the program cache off (no
     directory = directory[len("plain+"):]
 compiled.cache_dir = lambda: directory
 post = fit()
-print(len(exports), digest(post), post.diagnostics["chain_method"])
+print(len(exports), digest(post), post.diagnostics["chain_method"], files())
+if len(sys.argv) > 3:  # then the model's file edited, reloaded, nothing kept in memory (as a new process)
+    source = pathlib.Path(sys.argv[2], "program_model.py")
+    source.write_text(source.read_text().replace("5.0", "4.0"))
+    model = importlib.reload(sys.modules["program_model"]).model
+    compiled.clear()
+    post = fit()
+    print(len(exports), digest(post), post.diagnostics["chain_method"], files())
 """
 
 _MODEL = """
@@ -170,33 +179,38 @@ def test_a_kept_program_carries_over_to_a_new_process(tmp_path):
     """Fresh interpreters (``PYTHONHASHSEED=random``, chains on two devices): the second reads the
     first's program instead of exporting it and gets the draws of a fit without the program cache
     (run in the first interpreter before its program cache was switched on, with nothing kept); an
-    edit of the model's file writes a new program with other draws. The interpreters share a
-    compilation cache of their own, as a user's processes do (it was off: each compiled anew)."""
+    edit of the model's file (then in the second interpreter: the file rewritten and reloaded, the
+    in-memory programs dropped: a third interpreter cost its start and imports, ~3 s) writes a new program with other
+    draws. The interpreters share a compilation cache of their own, as a user's processes do (it
+    was off: each compiled anew)."""
     (tmp_path / "program_model.py").write_text(_MODEL)
     cache = tmp_path / "cache"
     cache.mkdir()
     plains = []
 
-    def child(directory):
+    def child(directory, *extra):
         env = {**os.environ, "INFERENCE_COMPILATION_CACHE": str(tmp_path / "xla"), "PYTHONHASHSEED": "random",
                "XLA_FLAGS": "--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false"}
-        out = subprocess.run([sys.executable, "-c", _SCRIPT, directory, str(tmp_path)], env=env,
+        out = subprocess.run([sys.executable, "-c", _SCRIPT, directory, str(tmp_path), *extra], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
+        fits = []  # (exports so far, draws' digest, program files after the fit), per fit with the cache on
         for line in out.stdout.splitlines():
             if line.startswith("PLAIN "):
                 plains.append(line.split()[1:])
-        exports, digest, method = out.stdout.split()[-3:]
-        assert method == "parallel"
-        return int(exports), digest, len([p for p in cache.iterdir() if p.name.startswith(exported.PREFIX)])
+            elif len(line.split()) == 4 and line.split()[0].isdigit():
+                exports, digest, method, files = line.split()
+                assert method == "parallel"
+                fits.append((int(exports), digest, int(files)))
+        return fits
 
-    first = child("plain+" + str(cache))
+    fits = child("plain+" + str(cache))
     assert len(plains) == 1 and plains[0][0] == "0" and plains[0][2] == "parallel"  # cache off: nothing exported
     plain = plains[0][1]
-    assert first == (1, plain, 1)  # exported and written
-    assert child(str(cache)) == (0, plain, 1)  # read back
-    (tmp_path / "program_model.py").write_text(_MODEL.replace("5.0", "4.0"))
-    exports, digest, files = child(str(cache))
+    assert fits == [(1, plain, 1)]  # exported and written
+    fits = child(str(cache), "edit")
+    assert len(fits) == 2 and fits[0] == (0, plain, 1)  # read back
+    exports, digest, files = fits[1]  # the edited model: exported and written anew, other draws
     assert exports == 1 and digest != plain and files == 2
 
 
@@ -238,7 +252,8 @@ def test_vi_draws_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
     optimizer NamedTuples, which export cannot serialise, so they are not asked for): a new process
     exports nothing again and the fit is bitwise the one without the cache."""
     y = np.array([1.0, 2.0, 0.5, -0.3, 1.1])
-    fit = lambda: inference.vi(_normal_mean, y, steps=300, check_every=100, num_samples=40, seed=4,  # noqa: E731
+    # 50 draws of the same 5 values as the Laplace test: its log-likelihood programs serve this fit
+    fit = lambda: inference.vi(_normal_mean, y, steps=300, check_every=100, num_samples=50, seed=4,  # noqa: E731
                                progress=False)
     plain, runs = _refits(fit, monkeypatch, tmp_path)
     assert [n for _, n in runs] == [2, 2]  # draws and log likelihood, exported on the first fit only
@@ -299,15 +314,17 @@ def test_ep_programs_are_kept_and_give_the_same_fit(tmp_path, monkeypatch):
 def test_bayes_machine_ep_program_is_kept_and_gives_the_same_fit(tmp_path, monkeypatch):
     """The Bayes machine's EP loop (`inference.ep.bayes_machine.run`, through flat arrays) is kept
     on disk with the log joint and log likelihood of its draws: a new process exports none of them
-    again, and the fit is bitwise the one without the cache."""
+    again, and the fit is bitwise the one without the cache. Shapes, labels' dtype and options are
+    test_persistence.py's Bayes-machine EP fit's (12 x 1 inputs, 0/1 labels, 50 draws): the kept
+    programs are the ones that fit compiles."""
     import probmodels
     from probmodels.kernels import RBF
 
     rng = np.random.default_rng(2)
-    X = rng.uniform(-1, 1, size=(30, 2))
-    y = np.where((X ** 2).sum(1) >= 0.5, 1, -1)
-    y[:3] *= -1
-    fit = lambda: inference.ep(probmodels.bayes_machine, X, y, kernel=RBF(0.5), num_samples=20,  # noqa: E731
+    X = rng.uniform(-1, 1, size=(12, 1))
+    y = (np.abs(X[:, 0]) >= 0.5).astype(int)
+    y[:2] = 1 - y[:2]
+    fit = lambda: inference.ep(probmodels.bayes_machine, X, y, kernel=RBF(0.5), num_samples=50,  # noqa: E731
                                progress=False)
     plain, runs = _refits(fit, monkeypatch, tmp_path)
     assert [n for _, n in runs] == [3, 3]  # EP loop, log joint, log likelihood: on the first fit only
@@ -324,18 +341,20 @@ def test_ep_programs_are_shared_by_models_with_the_same_problem_structure(tmp_pa
     """EP's programs are named by the structure of the problem they solve, not by the model: a GP
     classifier refitted with another kernel width (another model structure: the width is static)
     exports only its own log joint and log likelihood, not EP's 4 programs again. Regression: when
-    they were named by the model, a grid over widths traced and exported them at every width."""
+    they were named by the model, a grid over widths traced and exported them at every width.
+    Shapes and options are test_persistence.py's GP-classifier EP fit's (12 x 1 inputs, 0/1 labels,
+    50 draws; its width first): that fit compiles the programs of the first width."""
     import probmodels
     from probmodels.kernels import RBF
 
     rng = np.random.default_rng(3)
-    X = rng.normal(size=(25, 2))
+    X = rng.normal(size=(12, 1))
     y = (X[:, 0] > 0).astype(int)
     compiled.clear()
     exports = _count_exports(monkeypatch, cache=tmp_path)
     counts = []
-    for width in (1.0, 2.0):
-        inference.ep(probmodels.gp_classifier, X, y, kernel=RBF(width), num_samples=10, progress=False)
+    for width in (0.5, 1.0):
+        inference.ep(probmodels.gp_classifier, X, y, kernel=RBF(width), num_samples=50, progress=False)
         counts.append(len(exports))
     assert counts == [6, 8]
     compiled.clear()
