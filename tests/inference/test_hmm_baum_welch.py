@@ -4,6 +4,7 @@ simulated Gaussian / Poisson / categorical HMMs, padded batches, identical itera
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from inference import hmm
 from inference.hmm.baum_welch import _fit
@@ -31,6 +32,17 @@ def poisson_data(num_steps=2000, seed=0, rates=(2.0, 9.0)):
     return rng.poisson(np.asarray(rates)[z]), z
 
 
+def host_fit(fit):
+    """The fit's params and likelihood trace as NumPy arrays (same values): indexing and arithmetic
+    on the JAX arrays ran eagerly, a small program compiled for each (~20 per test)."""
+    return {k: np.asarray(v) for k, v in fit.params.items()}, np.asarray(fit.log_likelihood)
+
+
+def gaussian_log_emission(x, params):
+    """log N(x_t | locs_k, scales_k) (T, K) by SciPy: no eager JAX programs for the reference."""
+    return stats.norm.logpdf(np.asarray(x)[:, None], params["locs"], params["scales"])
+
+
 def se_of_mean(spread, z, k):
     """Standard error of a state's mean with the states known: spread / sqrt(n_k)."""
     return spread / np.sqrt(np.sum(z == k))
@@ -41,17 +53,17 @@ def test_gaussian_recovery_and_monotone_likelihood():
     x, z = gaussian_data(locs=locs, scales=scales)
     fit = hmm.baum_welch(x, 2)
     assert fit.converged and fit.num_iters < 200
-    trace = np.asarray(fit.log_likelihood)
+    params, trace = host_fit(fit)
     assert np.all(np.diff(trace) >= -1e-8 * np.abs(trace[1:]))  # EM never decreases the likelihood
     for k in range(2):  # within 4 standard errors of the truth
-        assert abs(fit.params["locs"][k] - locs[k]) < 4 * se_of_mean(scales[k], z, k)
-        assert abs(fit.params["scales"][k] - scales[k]) < 4 * scales[k] / np.sqrt(2 * np.sum(z == k))
+        assert abs(params["locs"][k] - locs[k]) < 4 * se_of_mean(scales[k], z, k)
+        assert abs(params["scales"][k] - scales[k]) < 4 * scales[k] / np.sqrt(2 * np.sum(z == k))
     counts = np.array([[np.sum((z[:-1] == i) & (z[1:] == j)) for j in range(2)] for i in range(2)])
     se_trans = np.sqrt(TRANS * (1 - TRANS) / counts.sum(1, keepdims=True))
-    assert np.all(np.abs(fit.params["trans"] - TRANS) < 4 * se_trans)
+    assert np.all(np.abs(params["trans"] - TRANS) < 4 * se_trans)
     # the last trace entry is the log likelihood at the returned parameters
-    le = hmm.emission_log_likelihood(x, "gaussian", fit.params)
-    ll, _ = hmm.forward_backward(np.log(fit.params["init"]), np.log(fit.params["trans"]), le)
+    le = gaussian_log_emission(x, params)
+    ll, _ = hmm.forward_backward(np.log(params["init"]), np.log(params["trans"]), le)
     np.testing.assert_allclose(ll, trace[-1], rtol=1e-12)
 
 
@@ -60,8 +72,9 @@ def test_poisson_recovery():
     x, z = poisson_data(rates=rates)
     fit = hmm.baum_welch(x, 2, "poisson")
     assert fit.converged
+    params, _ = host_fit(fit)
     for k in range(2):
-        assert abs(fit.params["rates"][k] - rates[k]) < 4 * se_of_mean(np.sqrt(rates[k]), z, k)
+        assert abs(params["rates"][k] - rates[k]) < 4 * se_of_mean(np.sqrt(rates[k]), z, k)
 
 
 def test_categorical_recovery():
@@ -69,27 +82,30 @@ def test_categorical_recovery():
     z, rng = simulate_states(3000, 1)
     x = np.array([rng.choice(3, p=probs[k]) for k in z])
     fit = hmm.baum_welch(x, 2, "categorical", seed=0)
-    order = np.argsort(fit.params["probs"][:, 0])[::-1]  # label the state with more category 0 first
-    est = np.asarray(fit.params["probs"])[order]
+    probs_fit = np.asarray(fit.params["probs"])
+    order = np.argsort(probs_fit[:, 0])[::-1]  # label the state with more category 0 first
+    est = probs_fit[order]
     n = np.array([np.sum(z == 0), np.sum(z == 1)])[:, None]
     assert np.all(np.abs(est - probs) < 4 * np.sqrt(probs * (1 - probs) / n) + 0.02)
 
 
 def test_padded_batch_equals_concatenated_likelihood():
     """Three sequences of different lengths: the fitted log likelihood is the sum of the
-    per-sequence forward-algorithm log likelihoods at the fitted parameters."""
+    per-sequence forward-algorithm log likelihoods at the fitted parameters (each sequence padded
+    to T = 2000 with ``lengths``: the program the recovery test compiled, one instead of three)."""
     xs = [gaussian_data(n, seed)[0] for n, seed in ((300, 1), (120, 2), (40, 3))]
     lengths = np.array([len(v) for v in xs])
     batch = np.full((3, 300), np.nan)  # NaN padding is allowed: it is masked out
     for b, v in enumerate(xs):
         batch[b, : len(v)] = v
     fit = hmm.baum_welch(batch, 2, lengths=lengths)
+    params, trace = host_fit(fit)
     total = 0.0
     for v in xs:
-        le = hmm.emission_log_likelihood(v, "gaussian", fit.params)
-        total += hmm.forward_backward(np.log(fit.params["init"]), np.log(fit.params["trans"]), le)[0]
-    np.testing.assert_allclose(fit.log_likelihood[-1], total, rtol=1e-12)
-    assert abs(fit.params["locs"][0] + 1.0) < 0.15 and abs(fit.params["locs"][1] - 1.5) < 0.15
+        le = gaussian_log_emission(np.pad(v, (0, 2000 - len(v))), params)  # padding: ignored
+        total += float(hmm.forward_backward(np.log(params["init"]), np.log(params["trans"]), le, lengths=len(v))[0])
+    np.testing.assert_allclose(trace[-1], total, rtol=1e-12)
+    assert abs(params["locs"][0] + 1.0) < 0.15 and abs(params["locs"][1] - 1.5) < 0.15
 
 
 @pytest.mark.parametrize("emission", ["gaussian", "poisson", "categorical"])
@@ -115,7 +131,7 @@ def test_same_iterates_as_hmmlearn(emission):
     model.startprob_, model.transmat_ = start["init"], start["trans"]
     model.fit(np.asarray(x).reshape(-1, 1))
     fit = hmm.baum_welch(x, 2, emission, init_params=start, max_iter=6, tol=0.0)
-    np.testing.assert_allclose(fit.log_likelihood[:5], list(model.monitor_.history), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(fit.log_likelihood)[:5], list(model.monitor_.history), rtol=1e-10)
     np.testing.assert_allclose(fit.params["trans"], model.transmat_, atol=1e-8)
     np.testing.assert_allclose(fit.params["init"], model.startprob_, atol=1e-8)
     theirs = {"gaussian": lambda: model.means_.ravel(), "poisson": lambda: model.lambdas_.ravel(),

@@ -166,8 +166,11 @@ def test_underflow_falls_back_to_exact(block, chunks):
     np.testing.assert_allclose(np.asarray(marg), marg_exact, atol=ATOL)
 
 
+# K = 1 above the threshold: slow (its own ~8 programs); the same public blocked path runs by
+# default with K = 3, and K = 1 in the blocked passes in test_blocked_matches_sequential[1-101-7-2-0]
 @pytest.mark.parametrize("k,num_steps", [
-    (2, blocked.MIN_STEPS - 1), (1, blocked.MIN_STEPS + 777), (3, blocked.MIN_STEPS + 777),
+    (2, blocked.MIN_STEPS - 1), (3, blocked.MIN_STEPS + 777),
+    pytest.param(1, blocked.MIN_STEPS + 777, marks=pytest.mark.slow),
     pytest.param(1, blocked.MIN_STEPS - 1, marks=pytest.mark.slow),
     pytest.param(3, blocked.MIN_STEPS - 1, marks=pytest.mark.slow),
     pytest.param(2, blocked.MIN_STEPS + 777, marks=pytest.mark.slow),
@@ -176,17 +179,18 @@ def test_public_functions_across_threshold(k, num_steps):
     """forward_backward / smoother / forward_filter / pairwise_marginals on one sequence (blocked
     at and above MIN_STEPS) equal the same functions on a batch of that one sequence (always the
     sequential passes), with and without ``lengths`` padding. Each case compiles its own programs
-    (~10 s): by default both sides of the threshold and K = 1, 2, 3; the rest with the slow checks."""
+    (~10 s): by default both sides of the threshold and K = 2, 3; the rest with the slow checks.
+    The batch smoother is the reference for forward_backward too (the same sequential passes give
+    its log likelihood and marginals; a batch forward_backward compiled one more program a case)."""
     assert fbm._use_blocked(num_steps, k) == (num_steps >= blocked.MIN_STEPS)
     li, lt, le = random_hmm(k + num_steps, num_steps, k)
     for lengths in (None, num_steps - 50):
         batch_lengths = None if lengths is None else np.array([lengths])
+        ref = host(hmm.smoother(li, lt, le[None], lengths=batch_lengths))
         one = hmm.forward_backward(li, lt, le, lengths=lengths)
-        ref = host(hmm.forward_backward(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(float(one.log_likelihood), float(ref.log_likelihood[0]), rtol=RTOL_LL)
         np.testing.assert_allclose(np.asarray(one.marginals), np.asarray(ref.marginals[0]), atol=ATOL)
         one = hmm.smoother(li, lt, le, lengths=lengths)
-        ref = host(hmm.smoother(li, lt, le[None], lengths=batch_lengths))
         np.testing.assert_allclose(float(one.log_likelihood), float(ref.log_likelihood[0]), rtol=RTOL_LL)
         for a, b in zip(one[1:], ref[1:]):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b[0]), atol=ATOL)

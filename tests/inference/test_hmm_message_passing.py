@@ -115,25 +115,28 @@ def test_structural_zeros_left_to_right(parallel):
 
 
 def alpaydin():
+    """The example's 4 observations padded to T = 8 (``lengths=4``, padding values ignored): the
+    programs the T = 8 enumeration tests compiled serve it (T = 4 compiled 4 of its own)."""
     pi = np.array([0.5, 0.2, 0.3])
     a = np.array([[0.4, 0.3, 0.3], [0.2, 0.6, 0.2], [0.1, 0.1, 0.8]])
     obs = np.array([0, 0, 2, 2])  # O = (S1, S1, S3, S3)
     with np.errstate(divide="ignore"):
         log_emission = np.log(np.eye(3))[obs]  # identity emissions: the states are observed
-    return np.log(pi), np.log(a), log_emission, obs
+    padding = np.random.default_rng(6).normal(size=(4, 3))
+    return np.log(pi), np.log(a), np.concatenate([log_emission, padding]), obs
 
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_alpaydin_balls_and_urns(parallel):
     li, lt, le, obs = alpaydin()
-    ll, marginals = hmm.forward_backward(li, lt, le, parallel=parallel)
+    ll, marginals = host(hmm.forward_backward(li, lt, le, parallel=parallel, lengths=4))
     np.testing.assert_allclose(np.exp(ll), 0.048, rtol=1e-12)  # 0.5 * 0.4 * 0.3 * 0.8
-    np.testing.assert_allclose(marginals, np.eye(3)[obs], atol=1e-12)
-    path, log_prob = hmm.viterbi(li, lt, le)
-    np.testing.assert_array_equal(path, obs)
+    np.testing.assert_allclose(marginals[:4], np.eye(3)[obs], atol=1e-12)
+    path, log_prob = host(hmm.viterbi(li, lt, le, lengths=4))
+    np.testing.assert_array_equal(path[:4], obs)
     np.testing.assert_allclose(np.exp(log_prob), 0.048, rtol=1e-12)
-    draws = hmm.sample_states(jax.random.PRNGKey(0), li, lt, le, 10)
-    np.testing.assert_array_equal(draws, np.tile(obs, (10, 1)))
+    draws = np.asarray(hmm.sample_states(jax.random.PRNGKey(0), li, lt, le, 4000, lengths=4))
+    np.testing.assert_array_equal(draws[:, :4], np.tile(obs, (4000, 1)))
 
 
 def test_sequential_and_parallel_share_signature_and_types():
@@ -244,7 +247,7 @@ def test_impossible_sequence_is_minus_inf_not_nan():
     li, lt, le, _ = alpaydin()
     with np.errstate(divide="ignore"):
         lt = np.log(np.eye(3))  # never leaves its state, yet the data move from S1 to S3
-    ll, marginals = hmm.forward_backward(li, lt, le)
+    ll, marginals = hmm.forward_backward(li, lt, le, lengths=4)
     assert float(ll) == -np.inf
     assert not np.any(np.isnan(marginals))
 
@@ -261,7 +264,8 @@ def test_no_recompile_for_new_data_of_the_same_shape():
 def test_jit_and_grad_through_forward_backward():
     """Traced inputs skip the concrete checks; the log likelihood is differentiable."""
     li, lt, le = random_hmm(0, 8)
-    g = jax.grad(lambda e: hmm.forward_backward(li, lt, e).log_likelihood)(jnp.asarray(le))
+    # under jit: one program (the eager grad compiled the forward, its linearisation and transpose apart)
+    g = jax.jit(jax.grad(lambda e: hmm.forward_backward(li, lt, e).log_likelihood))(jnp.asarray(le))
     ex = enumerate_paths(li, lt, le)
     np.testing.assert_allclose(g, ex["marginals"], atol=TOL)  # d log p / d log_emission = marginals
 
@@ -409,7 +413,8 @@ def test_tree_log_likelihood_matches_enumeration_and_gradient(num_steps, seed):
     path, its gradient in log_emission equal to the smoothed marginals, and value and gradients
     equal to the scan's, with structural zeros and with a padded tail."""
     li, lt, le = random_hmm(seed, num_steps, zeros=bool(seed))
-    (v, (gt, ge)), (sv, (sgt, sge)) = tree_and_scan(li, jnp.asarray(lt), jnp.asarray(le), jnp.ones(num_steps, bool))
+    # host masks: jnp.ones / jnp.arange < n ran eagerly, a small program compiled for each
+    (v, (gt, ge)), (sv, (sgt, sge)) = tree_and_scan(li, jnp.asarray(lt), jnp.asarray(le), np.ones(num_steps, bool))
     ex = enumerate_paths(li, lt, le)
     np.testing.assert_allclose(v, ex["ll"], rtol=1e-10)
     np.testing.assert_allclose(ge, ex["marginals"], atol=1e-10)
@@ -417,7 +422,7 @@ def test_tree_log_likelihood_matches_enumeration_and_gradient(num_steps, seed):
     np.testing.assert_allclose(gt, sgt, atol=1e-10)
     if num_steps > 2:  # a padded sequence: the first n steps' likelihood, zero gradient in the padding
         n = num_steps // 2 + 1
-        mask = jnp.arange(num_steps) < n
+        mask = np.arange(num_steps) < n
         (v, (gt, ge)), (sv, (sgt, _)) = tree_and_scan(li, jnp.asarray(lt), jnp.asarray(le), mask)
         np.testing.assert_allclose(v, enumerate_paths(li, lt, le[:n])["ll"], rtol=1e-10)
         np.testing.assert_allclose(gt, sgt, atol=1e-10)

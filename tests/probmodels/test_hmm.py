@@ -98,11 +98,14 @@ def test_padded_batch_log_prob_is_per_sequence():
         batch[b, : len(v)] = v
     tr = point_trace(batch, num_states=2, lengths=lengths)
     params = {k: tr[k]["value"] for k in ("init", "trans", "locs", "scales")}
-    lp = tr["obs"]["fn"].log_prob(tr["obs"]["value"])
+    p = {k: np.asarray(v) for k, v in params.items()}
+    lp = np.asarray(tr["obs"]["fn"].log_prob(tr["obs"]["value"]))
     assert lp.shape == (3,)
-    for b, v in enumerate(xs):
-        one = handlers.trace(handlers.substitute(handlers.seed(hmm, 0), params)).get_trace(v, num_states=2)
-        np.testing.assert_allclose(lp[b], one["obs"]["fn"].log_prob(v), atol=1e-10)
+    for b, v in enumerate(xs):  # each sequence alone, by enumeration of its 2^T paths (T <= 12):
+        # exact and independent of the model's code (the model on each unpadded sequence compiled
+        # a log_prob program per length)
+        le = stats.norm.logpdf(v[:, None], p["locs"], p["scales"])
+        np.testing.assert_allclose(lp[b], enumerate_log_prob(p["init"], p["trans"], le), atol=1e-10)
     # pointwise log likelihood (for LOO) is one number per sequence
     draws = {k: jnp.stack([v, v]) for k, v in params.items()}
     ll = numpyro.infer.log_likelihood(hmm, draws, batch, num_states=2, lengths=lengths)["obs"]
@@ -141,7 +144,13 @@ def test_prior_predictive_and_single_state():
     prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=4)(key, None, num_states=2, num_steps=25))
     pred = jax.eval_shape(prior, jax.random.PRNGKey(0))  # shapes only: no compile
     assert pred["obs"].shape == (4, 25) and pred["locs"].shape == (4, 2)
-    prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, num_samples=2)(
+    # obs simulated (obs=None, num_steps, num_categories) at two fixed parameter points: the
+    # Dirichlet draws of the full prior compiled one ~300k-character program (~6 s of CPU); the
+    # shapes of those draws are checked by eval_shape above and in test_sites_and_shapes
+    rng = np.random.default_rng(0)
+    fixed = {"init": rng.dirichlet(np.ones(2), 2), "trans": rng.dirichlet(np.ones(2), (2, 2)),
+             "probs": rng.dirichlet(np.ones(4), (2, 2))}
+    prior = jax.jit(lambda key: numpyro.infer.Predictive(hmm, fixed, return_sites=["obs"])(
         key, None, num_states=2, num_steps=9, emission="categorical", num_categories=4))
     pred = prior(jax.random.PRNGKey(0))
     assert pred["obs"].shape == (2, 9) and pred["obs"].max() < 4
