@@ -56,6 +56,9 @@ def brute_force(K, t, a0=1.0, b0=10.0, eps_fixed=None, nodes=20):
 
 # --------------------------------------------------------------------------- site maths
 
+# jitted, as EP runs it: one program for every case below (op by op: 24 programs)
+_tilted = jax.jit(bm.tilted)
+
 
 @pytest.mark.parametrize("m,v,t,ebar", [(0.3, 1.2, 1.0, 0.1), (-2.5, 0.4, 1.0, 0.05), (1.0, 2.0, -1.0, 0.0),
                                         (4.0, 0.5, -1.0, 0.2), (-0.1, 3.0, 1.0, 0.45)])
@@ -66,7 +69,7 @@ def test_tilted_f_moments_match_quadrature(m, v, t, ebar):
     dens = lambda f, p: lik(f) * stats.norm.pdf(f, m, np.sqrt(v)) * f**p  # noqa: E731
     mom = [sum(integrate.quad(dens, lo, hi, args=(p,), epsabs=1e-14, epsrel=1e-12)[0]
                for lo, hi in ((-np.inf, 0.0), (0.0, np.inf))) for p in range(3)]
-    log_z, mean, var, _, _ = bm.tilted(m, v, t, ebar, 1.0, 1.0)
+    log_z, mean, var, _, _ = _tilted(m, v, t, ebar, 1.0, 1.0)
     assert float(log_z) == pytest.approx(np.log(mom[0]), abs=1e-9)
     assert float(mean) == pytest.approx(mom[1] / mom[0], abs=1e-9)
     assert float(var) == pytest.approx(mom[2] / mom[0] - (mom[1] / mom[0]) ** 2, abs=1e-9)
@@ -80,7 +83,7 @@ def test_tilted_eps_moments_match_quadrature(m, v, t, a, b):
     p_right = stats.norm.cdf(t * m / np.sqrt(v))
     dens = lambda e, p: (e * (1 - p_right) + (1 - e) * p_right) * stats.beta.pdf(e, a, b) * e**p  # noqa: E731
     mom = [integrate.quad(dens, 0, 1, args=(p,), epsabs=1e-14)[0] for p in range(3)]
-    _, _, _, a_new, b_new = bm.tilted(m, v, t, a / (a + b), a, b)
+    _, _, _, a_new, b_new = _tilted(m, v, t, a / (a + b), a, b)
     a_new, b_new = float(a_new), float(b_new)
     assert a_new / (a_new + b_new) == pytest.approx(mom[1] / mom[0], abs=1e-9)
     var_q = a_new * b_new / ((a_new + b_new) ** 2 * (a_new + b_new + 1))
@@ -96,9 +99,13 @@ def test_sweep_marginals_equal_those_of_the_full_posterior():
     K = np.exp(-0.5 * np.sum((X[:, None] - X[None]) ** 2, -1)) + 1e-6 * np.eye(25)
     L = jax.numpy.linalg.cholesky(K)
     nu = rng.normal(size=25)
+
+    @jax.jit  # one program for both tau, as EP runs them (op by op: 24 programs)
+    def both(tau):
+        return bm._posterior(L, tau, nu), bm._marginals(L, L @ L.T, tau, nu)
+
     for tau in (rng.uniform(0.0, 5.0, 25), np.r_[rng.uniform(0.0, 5.0, 24), -0.05]):
-        mean, cov, _ = bm._posterior(L, tau, nu)
-        m, v, ok = bm._marginals(L, L @ L.T, tau, nu)
+        (mean, cov, _), (m, v, ok) = both(tau)
         assert bool(ok)
         np.testing.assert_allclose(m, mean, rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(v, np.diag(cov), rtol=1e-10, atol=1e-12)
@@ -106,7 +113,7 @@ def test_sweep_marginals_equal_those_of_the_full_posterior():
 
 def test_tilted_far_tail_is_finite():
     """A cavity 40 sd on the wrong side with eps = 0: Z ~ Phi(-40), moments still finite."""
-    log_z, mean, var, _, _ = bm.tilted(-40.0, 1.0, 1.0, 0.0, 1.0, 1.0)
+    log_z, mean, var, _, _ = _tilted(-40.0, 1.0, 1.0, 0.0, 1.0, 1.0)
     assert np.isfinite([float(log_z), float(mean), float(var)]).all() and float(var) > 0
     assert float(log_z) == pytest.approx(stats.norm.logcdf(-40.0), rel=1e-10)
 
@@ -155,9 +162,16 @@ def test_ep_close_to_brute_force_on_four_points(labels):
 # --------------------------------------------------------------------------- schedules, damping
 
 
+# Most EP fits here have N = 90 points, the size of test_float32_sweeps_stop_at_round_off_*: one
+# compiled EP program per (schedule, noise option, dtype) serves them all (the fixture's float64
+# parallel and sequential fits, the engine hook's parallel fit, the float32 fit through
+# inference.ep, the fixed-noise fits), and the models' traces share their eager operations.
+N = 90
+
+
 @pytest.fixture(scope="module")
 def circle_problem():
-    X, y = circle(40, flip_rate=0.1, seed=3)
+    X, y = circle(N, flip_rate=0.1, seed=3)
     K, _ = gram(RBF(0.5), X)
     return X, y, np.asarray(K)
 
@@ -283,9 +297,9 @@ def test_circle_problem_tracks_label_noise_full():
 
 def test_ep_posterior_from_model_trace():
     """The engine hook reads K, labels and Beta prior from the trace and returns a Posterior whose
-    approximation equals `fit` on the same inputs; draws have the approximation's moments. 40
+    approximation equals `fit` on the same inputs; draws have the approximation's moments. N
     points, as `circle_problem`: EP's program is the one its parallel fit compiled."""
-    X, y = circle(40, 0.1, seed=0)
+    X, y = circle(N, 0.1, seed=0)
     kw = dict(y=y, kernel=RBF(0.5))
     tr = _model.trace_model(bayes_machine, (X,), kw)
     post = ep_posterior(bayes_machine, (X,), kw, tr, schedule="parallel", damping=0.5, tol=1e-8, max_iter=500,
@@ -294,8 +308,8 @@ def test_ep_posterior_from_model_trace():
     res = bm.fit(np.asarray(K), y, tol=1e-8, max_iter=500)
     assert post.engine == "ep" and post.evidence_method == "ep" and post.diagnostics["converged"]
     assert post.log_evidence == pytest.approx(float(res.log_evidence), abs=1e-8)
-    assert post.samples["f"].shape == (1, 4000, 40) and post.samples["eps"].shape == (1, 4000)
-    assert post.log_likelihood["y"].shape == (1, 4000, 40)
+    assert post.samples["f"].shape == (1, 4000, N) and post.samples["eps"].shape == (1, 4000)
+    assert post.log_likelihood["y"].shape == (1, 4000, N)
     sd = np.sqrt(np.diag(res.f_cov))
     # Monte Carlo: 4000 draws, mean error < 5 standard errors.
     assert np.max(np.abs(post.mean("f") - res.f_mean) / sd) < 5 / np.sqrt(4000)
@@ -310,14 +324,14 @@ def test_ep_posterior_from_model_trace():
     assert log_q[0, 0] == pytest.approx(expected, rel=1e-6)
     # Predictive at training inputs: latent draws have the marginal moments, labels in {0, 1}.
     pred = post.predictor(jax.random.PRNGKey(0), X)
-    assert pred["y"].shape == (1, 4000, 40) and set(np.unique(pred["y"])) <= {0, 1}
+    assert pred["y"].shape == (1, 4000, N) and set(np.unique(pred["y"])) <= {0, 1}
     assert np.max(np.abs(pred["f"][0].mean(0) - res.f_mean) / sd) < 5 / np.sqrt(4000)
 
 
 def test_user_written_model_with_fixed_noise_and_prior_mean():
-    """A user model: MVN latent with a constant mean, NoisyStep with fixed eps = 0.05. 40 inputs,
+    """A user model: MVN latent with a constant mean, NoisyStep with fixed eps = 0.05. N inputs,
     as `circle_problem`: EP's program (fixed noise) is the one test_fixed_noise_machine compiled."""
-    X = np.linspace(-1, 1, 40)[:, None]
+    X = np.linspace(-1, 1, N)[:, None]
     y = (X[:, 0] > 0.1).astype(int)
 
     def model(X, y=None):
@@ -338,9 +352,9 @@ def test_user_written_model_with_fixed_noise_and_prior_mean():
 
 
 def test_unsupported_sites_are_named():
-    """40 points: the latents' MultivariateNormal has the shapes of the user-written model's, whose
+    """N points: the latents' MultivariateNormal has the shapes of the user-written model's, whose
     eager operations (its trace runs op by op) are reused."""
-    X, y = circle(40, 0.0, seed=0)
+    X, y = circle(N, 0.0, seed=0)
 
     def with_lengthscale(X, y=None):
         ls = numpyro.sample("lengthscale", dist.LogNormal(0.0, 1.0))
@@ -421,7 +435,7 @@ def test_float32_converges():
     Bayes machine ran its 600 sweeps and warned. The tol used is floored at 30 float32 epsilons
     (as for inference.ep); it converges. Child process: x64 cannot be switched off in this one.
     Slow only: by default test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor
-    checks the same (converged, no "did not converge" warning) in this process, on 60 circle points."""
+    checks the same (converged, no "did not converge" warning) in this process, on N = 90 circle points."""
     import json
     import os
     import subprocess
@@ -436,13 +450,14 @@ def test_float32_converges():
 def test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor():
     """inference.ep passed its raw tol (1e-6) to the Bayes machine's EP, which the generic EP
     raises to 30 float32 epsilons in float32: a float32 fit at defaults ended at site change
-    ~2.7e-6 and said converged=False although its answer was right."""
+    ~2.7e-6 and said converged=False although its answer was right. N circle points (was 60): the
+    float32 parallel EP program of test_float32_sweeps_stop_at_round_off_* is reused."""
     import inference
     from inference import _options
 
     import warnings
 
-    X, y = circle(60, 0.1, 0)
+    X, y = circle(N, 0.1, 0)
     with jax.enable_x64(False), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         post = inference.ep(bayes_machine, X, y, num_samples=50, progress=False)
@@ -460,9 +475,10 @@ def test_float32_sweeps_stop_at_round_off_in_both_schedules_near_the_fixed_point
     stops in fewer sweeps than float64 (measured 66-95 against 78-113). Both end within 1e-4
     posterior SDs of EP's fixed point (tol 1e-11, float64): measured 1.2e-5 (float64) and 7.5e-5
     (float32) at most; E[eps] within 1e-6 (3e-7). Both seeds have n = 90 points: the second seed
-    reuses the first's four programs (about 0.4 s instead of ~25 s)."""
+    reuses the first's four programs (about 0.4 s instead of ~25 s), and so do the module's other
+    fits at N = n (the float64 ones of `circle_problem`, the float32 one through inference.ep)."""
     rng = np.random.default_rng(seed)
-    n = 90
+    n = N
     X = rng.uniform(-1, 1, (n, 2))
     t = np.where((X ** 2).sum(1) < 0.5, 1, -1)
     t = np.where(rng.random(n) < 0.1, -t, t)
@@ -488,7 +504,7 @@ def test_a_kernel_hyperparameter_given_as_a_prior_is_refused_naming_it(engine):
     both engines (the mcmc refusal spoke of EP only) and the option that handles it."""
     import inference
 
-    X, y = circle(20, 0.1, seed=0)
+    X, y = circle(N, 0.1, seed=0)  # N: the eager operations of the other traces are reused
     kernel = RBF(lengthscale=dist.LogNormal(0.0, 1.0))
     with pytest.raises(ValueError, match=r"site 'lengthscale'.*elliptical slice sampling.*hyper='map' \| 'integrate'"):
         getattr(inference, engine)(bayes_machine, X, y, kernel=kernel, num_samples=10, progress=False)
