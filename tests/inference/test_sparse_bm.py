@@ -1,6 +1,8 @@
 """The sparse Bayes machine (`inference.ep.sparse_bm`): the rank-d bookkeeping of the forward
 selection against a direct computation, d = n against the full machine, small d against full."""
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -47,19 +49,27 @@ def test_full_active_set_equals_the_full_machine(problem):
     assert float(sparse.result.eps_mean) == pytest.approx(float(full.eps_mean), abs=1e-7)
 
 
+@functools.cache
+def _twonorm(d):
+    """Twonorm, n = 300 (RBF, lengthscale sqrt(20)): the full machine and the sparse one with
+    ``d`` active points, fitted once per worker; d = 30 is shared by
+    `test_small_active_set_error_close_to_full` and `test_prediction_uses_the_active_set_only`
+    (a second sparse fit on other data compiled its own selection and EP programs)."""
+    X, y = twonorm(300, seed=0)
+    k = RBF(np.sqrt(20.0))
+    K = np.asarray(gram(k, X)[0])
+    return X, y, k, K, bm.fit(K, y), fit_sparse(K, y, active_set_size=d)
+
+
 @pytest.mark.parametrize("d", [30, pytest.param(60, marks=pytest.mark.slow)])  # d=60: slow only (the check runs at d=30)
 def test_small_active_set_error_close_to_full(d):
     """Twonorm, n = 300, d = 30 (10%) and 60 (20%): test error (2000 points) within 1.5 points of
     the full machine's (measured: full 1.85%, d=30 2.30%, d=60 2.35%; over 3 seeds the gap was at
     most 1.25 points at d=30 and 0.5 at d=60)."""
-    X, y = twonorm(300, seed=0)
+    X, y, k, K, full, sp = _twonorm(d)
     Xt, yt = twonorm(2000, seed=1)
-    k = RBF(np.sqrt(20.0))
-    K = np.asarray(gram(k, X)[0])
-    full = bm.fit(K, y)
     _, _, p = bm.predict(full, k(Xt, X), k.diag(Xt))
     err_full = np.mean((np.asarray(p) > 0.5) != (yt > 0))
-    sp = fit_sparse(K, y, active_set_size=d)
     A = np.asarray(sp.active)
     assert A.shape == (d,) and bool(sp.converged)
     _, _, p = predict_sparse(sp, k(Xt, X[A]), k.diag(Xt))
@@ -67,12 +77,14 @@ def test_small_active_set_error_close_to_full(d):
     assert err < err_full + 0.015, (d, err, err_full)
 
 
-def test_prediction_uses_the_active_set_only(problem):
+def test_prediction_uses_the_active_set_only():
     """Prediction needs the kernel to the d active points only; at the training inputs it
-    reproduces the marginals the fit reports (1e-8)."""
-    X, y, k, K = problem
-    sp = fit_sparse(K, y, active_set_size=12)
+    reproduces the marginals the fit reports (1e-8). The d = 30 fit of twonorm's 300 points
+    (`_twonorm`, shared with `test_small_active_set_error_close_to_full`): its predictive
+    program at the training inputs is the one the fit itself ran."""
+    _, _, _, K, _, sp = _twonorm(30)
     A = np.asarray(sp.active)
+    assert A.shape == (30,)
     out = predict_sparse(sp, K[:, A], np.diag(K))  # the training matrix (jitter included)
     np.testing.assert_allclose(out[0], sp.f_mean, atol=1e-8)
     np.testing.assert_allclose(out[1], sp.f_var, atol=1e-8)
