@@ -55,6 +55,12 @@ def test_mcmc_gp_predict_conditions_f_on_each_draw():
     _check_against_gp_conditional(post, 1000)
 
 
+# Slow: the same behaviour on the same path (`inference.mcmc` hands the Bayes machine to
+# `inference.ess.mcmc_posterior`, whose predictor `Posterior.predict` runs) is checked by default,
+# with values, by tests/inference/test_ess.py::test_predict_conditions_the_gp_on_the_draws (f
+# extended to 150 new inputs, P(y = 1) with the eps draws against EP's predictive); this shape
+# check compiled its own elliptical slice + Gibbs sampler (a third of this file's time).
+@pytest.mark.slow
 def test_bayes_machine_predict_under_mcmc_keeps_eps_and_extends_f():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
