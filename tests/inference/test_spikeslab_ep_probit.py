@@ -136,13 +136,15 @@ def test_full_anderson_rejects_an_invalid_extrapolation():
 
 @pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
 def test_constant_and_zero_genes_no_nan(module):
-    """An all-zero gene keeps its prior inclusion probability; a constant gene acts as a bias."""
+    """An all-zero gene keeps its prior inclusion probability; a constant gene acts as a bias.
+    tiny(0)'s signal gene with the two in place of its other genes: 40 x 3, the shape of
+    `test_against_exact_enumeration`, whose compiled EP programs this reuses."""
     X, y = tiny(0)
-    X = np.column_stack([X, np.zeros(40), np.full(40, 2.0)])
-    data = ep_probit.make_data(X, y, slab_var=np.ones(5), p_incl=np.full(5, 0.3))
+    X = np.column_stack([X[:, 0], np.zeros(40), np.full(40, 2.0)])
+    data = ep_probit.make_data(X, y, slab_var=np.ones(3), p_incl=np.full(3, 0.3))
     out = module.finalize(module.run(data, *HYPER), data)
     assert all(np.all(np.isfinite(np.asarray(o))) for o in out)
-    assert float(out[2][3]) == pytest.approx(0.3, abs=1e-9)
+    assert float(out[2][1]) == pytest.approx(0.3, abs=1e-9)
 
 
 @pytest.mark.parametrize("module", [ep_probit, ep_probit_full])
