@@ -116,10 +116,11 @@ def test_one_topic_elbo_is_the_exact_evidence():
 
 
 def test_batch_elbo_never_decreases():
-    counts = lda_corpus(100, vocab_size=60, num_topics=4, seed=3).counts
+    # corpus 1 and K = 5: the batch sweep program of the recovery, restart and tuning tests below
+    counts = lda_corpus(300, vocab_size=200, num_topics=5, seed=1).counts
     data, (num_docs, vocab_size) = _triplets(counts)
     for start in ("seeded", "random"):
-        _, diag = fit(data, num_docs, vocab_size, num_topics=4, alpha=0.1, eta=0.01, method="batch", tol=1e-10,
+        _, diag = fit(data, num_docs, vocab_size, num_topics=5, alpha=0.1, eta=0.01, method="batch", tol=1e-10,
                       steps=60, start=start, num_restarts=1, e_tol=0.1)
         trace = diag["elbo_trace"]
         assert len(trace) > 5
@@ -140,8 +141,11 @@ def _topic_tv(true, lam):
 
 @pytest.fixture(scope="module")
 def fits(simulated):
-    """Both methods through ``inference.vi`` on the simulated corpus (shared by several tests)."""
-    return {method: inference.vi(lda, simulated.counts, num_topics=5, method=method, num_samples=200, seed=3,
+    """Both methods through ``inference.vi`` on the simulated corpus (shared by several tests). As a
+    sparse matrix, as the float64 refit test below passes it: the same programs (a dense corpus is a
+    constant of per-call programs; dense and sparse inputs agree, tests/probmodels/test_lda.py)."""
+    counts = scipy.sparse.csr_matrix(simulated.counts)
+    return {method: inference.vi(lda, counts, num_topics=5, method=method, num_samples=200, seed=3,
                                  progress=False) for method in ("batch", "online")}
 
 
@@ -291,17 +295,22 @@ def test_bad_options(options, match):
 
 def test_methods_reject_models_that_are_not_lda_shaped(simulated):
     import probmodels
-    from inference._model import trace_model
+    from inference._model import structure_trace
 
+    # abstract traces (what the engines read the sites from): run eagerly, each of their
+    # operations was compiled apart (~37 programs); the checks read the sites and plates only
     X = np.random.default_rng(0).normal(size=(20, 2))
     with pytest.raises(ValueError, match="LDA-shaped model"):
-        lda_vb.lda_problem(trace_model(probmodels.linear_regression, (X, X[:, 0]), {}))
-    values = {"theta": np.full((50, 5), 0.2), "topics": np.full((5, 200), 0.005)}
-    with numpyro.handlers.seed(rng_seed=0):  # a subsampling plate: the methods refuse it
-        tr = numpyro.handlers.trace(numpyro.handlers.substitute(lda, data=values)).get_trace(
-            simulated.counts, num_topics=5, batch_size=50)
+        lda_vb.lda_problem(structure_trace(probmodels.linear_regression, (X, X[:, 0]), {}))
+    holder = {}
+
+    def run():
+        with numpyro.handlers.seed(rng_seed=0):  # a subsampling plate: the methods refuse it
+            holder["tr"] = numpyro.handlers.trace(lda).get_trace(simulated.counts, num_topics=5, batch_size=50)
+
+    jax.eval_shape(run)
     with pytest.raises(ValueError, match="subsamples"):
-        lda_vb.lda_problem(tr)
+        lda_vb.lda_problem(holder["tr"])
 
 
 def test_sweep_memory_is_nonzeros_times_topics():

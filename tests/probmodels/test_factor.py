@@ -53,7 +53,7 @@ def test_lower_triangular_rotation_and_ml_ppca_against_scikit_learn():
     W = np.random.default_rng(0).normal(size=(5, 3))
     L = lower_triangular(W)
     assert np.allclose(L @ L.T, W @ W.T) and np.all(np.triu(L[:3], 1) == 0) and np.all(np.diag(L) > 0)
-    assert np.allclose(np.asarray(lower_triangular(jnp.asarray(W))), L)
+    assert np.allclose(np.asarray(jax.jit(lower_triangular)(jnp.asarray(W))), L)  # one program, not one per op
     fit = ppca_ml(BIG.Y, 2)
     n = len(BIG.Y)
     pca = PCA(2).fit(BIG.Y)  # Tipping & Bishop's ML covariance (scikit-learn divides by n - 1)
@@ -67,8 +67,9 @@ def test_lower_triangular_rotation_and_ml_ppca_against_scikit_learn():
 def test_recovered_factors_follow_their_gaussian_conditional():
     W, psi, loc = BIG.loadings, np.array(NOISE), BIG.loc
     y = BIG.Y[:3]
-    draws = jax.vmap(lambda k: factor_draws(k, jnp.asarray(y), jnp.asarray(loc), jnp.asarray(W), jnp.asarray(psi)))(
-        jax.random.split(jax.random.PRNGKey(0), 20000))
+    # jitted: one program (eagerly, each of its operations was compiled apart)
+    draws = jax.jit(jax.vmap(lambda k: factor_draws(k, jnp.asarray(y), jnp.asarray(loc), jnp.asarray(W),
+                                                    jnp.asarray(psi))))(jax.random.split(jax.random.PRNGKey(0), 20000))
     draws = np.asarray(draws)  # (S, 3, 2)
     M = np.eye(2) + W.T @ np.diag(1 / psi) @ W
     cov = np.linalg.inv(M)

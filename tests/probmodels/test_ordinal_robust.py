@@ -12,6 +12,7 @@ in posterior sds of each weight:
 - VI (mean-field normal guide): 0.3 (stochastic optimisation plus 1000 draws, ~0.03 sd each).
 """
 
+import functools
 import warnings
 
 import jax
@@ -33,12 +34,19 @@ TOL = {"ep": 0.1, "mcmc": 0.1, "laplace": 0.3, "vi": 0.3}
 CASES = {"ordinal": (probmodels.ordinal_regression, ordinal_data), "robust": (probmodels.robust_regression, robust_data)}
 
 
-def _fit(engine, model, X, y):
-    if engine == "mcmc":
-        return inference.mcmc(model, X, y, num_samples=500, num_warmup=300, num_chains=4, seed=1, progress=False)
-    if engine == "vi":
-        return inference.vi(model, X, y, seed=1, progress=False)
-    return getattr(inference, engine)(model, X, y, progress=False)
+@functools.cache
+def _fit(engine, case, x64):
+    """One fit per engine, case and precision, shared: the float64 robust EP fit serves both
+    `test_engines_agree_with_long_nuts` and `test_robust_ep_is_far_closer_to_the_truth...`."""
+    model, data = CASES[case]
+    X, y = data()
+    with jax.enable_x64(x64), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if engine == "mcmc":
+            return inference.mcmc(model, X, y, num_samples=500, num_warmup=300, num_chains=4, seed=1, progress=False)
+        if engine == "vi":
+            return inference.vi(model, X, y, seed=1, progress=False)
+        return getattr(inference, engine)(model, X, y, progress=False)
 
 
 # Every engine in float64, and EP in float32 too (its quadrature sites with negative precisions are
@@ -53,14 +61,10 @@ _F32_SLOW = [pytest.param(e, False, marks=pytest.mark.slow, id=f"{e}-float32") f
                          + [pytest.param("ep", False, id="ep-float32")] + _F32_SLOW)
 @pytest.mark.parametrize("case", ["ordinal", "robust"])
 def test_engines_agree_with_long_nuts(case, engine, x64):
-    model, data = CASES[case]
-    X, y = data()
     ref_mean, ref_sd = (np.asarray(x) for x in ((ORDINAL_MEAN, ORDINAL_SD) if case == "ordinal" else
                                                 (ROBUST_MEAN, ROBUST_SD)))
-    with jax.enable_x64(x64), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        post = _fit(engine, model, X, y)
-        w = np.asarray(post.samples["w"], float).reshape(-1, X.shape[1])
+    post = _fit(engine, case, x64)
+    w = np.asarray(post.samples["w"], float).reshape(-1, 3)
     assert w.dtype == np.float64 and np.all(np.isfinite(w))
     err = np.abs(w.mean(0) - ref_mean) / ref_sd
     assert np.all(err <= TOL[engine]), (case, engine, x64, err)
@@ -74,7 +78,7 @@ def test_robust_ep_is_far_closer_to_the_truth_than_gaussian_noise_regression():
     is pulled away from the true weights; EP on the Student-t model is not. Its outliers' sites
     end with negative precisions, counted (the likelihood is not log-concave), and none is NaN."""
     X, y = robust_data()
-    ep = inference.ep(probmodels.robust_regression, X, y, progress=False)
+    ep = _fit("ep", "robust", True)  # inference.ep(probmodels.robust_regression, X, y), shared
     # linear_regression(X, y, noise_scale=sqrt(3)): its closed-form posterior mean
     gauss_mean = np.linalg.solve(X.T @ X / 3.0 + np.eye(3), X.T @ y / 3.0)
     err_ep = np.linalg.norm(ep.mean("w") - TRUE_W)
