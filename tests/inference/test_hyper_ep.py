@@ -322,17 +322,41 @@ def test_options_the_hyper_path_cannot_honour_are_refused():
         inference.ep(gp_regression, X_REG, Y_REG, kernel=ARD, noise=NOISE, hyper="map", covariance="full")
 
 
+def _scale_drawn(X, y=None):  # a user model: a weight prior's scale drawn with numpyro.sample
+    s = numpyro.sample("s", dist.HalfNormal(1.0))
+    w = numpyro.sample("w", dist.Normal(0.0, s).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def _scale_read_in_python(X, y=None):  # the same, but it reads the drawn value in Python
+    s = numpyro.sample("s", dist.HalfNormal(1.0))
+    widen = 2.0 if float(s) > 10.0 else 1.0  # needs a concrete value: cannot run compiled
+    w = numpyro.sample("w", dist.Normal(0.0, widen * s).expand([X.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
 def test_hyperparameter_sites_without_hyper_give_a_clear_error():
     with pytest.raises(ValueError, match=r"hyperparameter sites \['lengthscale', 'variance'\].*hyper='map'"):
         inference.ep(gp_regression, X_REG, Y_REG, kernel=ARD, noise=NOISE, progress=False)
-
-    def weights(X, y=None):  # a user model: a weight prior's scale drawn with numpyro.sample
-        s = numpyro.sample("s", dist.HalfNormal(1.0))
-        w = numpyro.sample("w", dist.Normal(0.0, s).expand([X.shape[1]]).to_event(1))
-        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
-
     with pytest.raises(ValueError, match=r"hyperparameter sites \['s'\].*hyper="):
-        inference.ep(weights, X_REG, Y_REG > 0, progress=False)
+        inference.ep(_scale_drawn, X_REG, Y_REG > 0, progress=False)
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])  # ids: tests/conftest.py
+def test_the_refusal_fixes_hyperparameters_at_a_support_point_even_for_a_model_that_cannot_compile(x64):
+    """EP's refusal checks the model with its hyperparameter sites fixed at
+    `_model.support_point`: one compiled run of the model, or, for a model that reads a value in
+    Python, the eager point. Either way a finite value inside the support, and the same error."""
+    args = (X_REG, Y_REG > 0)
+    with pytest.raises(jax.errors.ConcretizationTypeError):  # the second model: the eager branch
+        jax.eval_shape(lambda: numpyro.handlers.seed(_scale_read_in_python, 0)(*args))
+    with jax.enable_x64(x64):
+        for model in (_scale_drawn, _scale_read_in_python):
+            s = np.asarray(_model.support_point(model, args, {}, 0, ["s"])["s"])
+            assert s.shape == () and np.isfinite(s) and s > 0, (model.__name__, s)
+            assert s.dtype == (np.float64 if x64 else np.float32)
+            with pytest.raises(ValueError, match=r"hyperparameter sites \['s'\].*hyper="):
+                inference.ep(model, *args, progress=False)
 
 
 def test_a_model_ep_cannot_take_even_with_fixed_hyperparameters_is_refused_for_that_reason():
