@@ -183,15 +183,13 @@ def support_point(model, args, kwargs, seed: int, names) -> dict:
     (~5 s in a new process). Falls back to `concrete_trace` when the model cannot run traced."""
 
     def point():
-        sub = handlers.substitute(handlers.seed(model, rng_seed=seed), substitute_fn=init_to_uniform)
-        tr = handlers.trace(sub).get_trace(*args, **kwargs)
+        tr = concrete_trace(model, args, kwargs, seed)
         return {n: tr[n]["value"] for n in names}
 
     try:
         return jax.jit(point)()
-    except Exception:  # noqa: BLE001 - concrete_trace raises the model's own error, or succeeds
-        tr = concrete_trace(model, args, kwargs, seed)
-        return {n: tr[n]["value"] for n in names}
+    except Exception:  # noqa: BLE001 - run eagerly: the model's own error, or its values
+        return point()
 
 
 class _nullcontext:

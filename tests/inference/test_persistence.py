@@ -17,6 +17,11 @@ import inference
 import probmodels
 from probmodels.kernels import RBF
 
+# spike-and-slab probit: the data, options and seed of test_spikeslab_engines.py's probit fits (its
+# `posteriors` fixture, run by default), so the three pairs below run programs that file compiles
+# (the run's compilation cache serves them; ~8 s of compilation on their own data)
+from test_spikeslab_engines import FAST as SS_OPTIONS, XP, YP
+
 rng = np.random.default_rng(5)
 X_CLS = rng.uniform(-1, 1, (12, 1))
 Y_CLS = (X_CLS[:, 0] > 0).astype(int)
@@ -25,16 +30,6 @@ Y_SS = X_SS @ np.array([1.5, 0.0, 0.0]) + 0.3 * rng.normal(size=15)
 X_MIX = np.r_[rng.normal(-3, 0.5, (8, 1)), rng.normal(3, 0.5, (8, 1))]
 OBS_HMM = np.r_[rng.normal(0, 0.3, 8), rng.normal(3, 0.3, 8)]
 COUNTS = rng.poisson(1.0, size=(6, 8)) + 1
-# spike-and-slab probit: the data, options and seed of test_spikeslab_engines.py's probit fits (its
-# `posteriors` fixture, run by default), so the three pairs below run programs that file compiles
-# (the run's compilation cache serves them; ~8 s of compilation on their own data)
-_RNG_SS = np.random.default_rng(11)
-XP = _RNG_SS.normal(size=(30, 6))
-XP[:, 4], XP[:, 5] = 0.0, 1.0
-_ = _RNG_SS.normal(size=30)  # that file's regression noise, drawn before its probit labels
-YP = (XP[:, 0] - XP[:, 2] + 0.3 * _RNG_SS.normal(size=30)) > 0
-SS_OPTIONS = {"ep": dict(num_samples=400), "mcmc": dict(num_samples=1000, num_warmup=200, num_chains=2),
-              "vi": dict(num_samples=400)}
 
 MCMC = dict(num_samples=50, num_warmup=50, num_chains=2, progress=False)
 VI = dict(steps=300, num_samples=50, progress=False)
