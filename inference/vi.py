@@ -3,7 +3,7 @@
 The step size is reduced tenfold each time the ELBO stops improving (its change over a window of
 ``check_every`` steps is within noise or below ``tol``); the fit stops at a plateau of the smallest
 step size, or after ``steps`` steps. The answer at a plateau is the last chunk's average iterate.
-For a normal or mvn guide a plateau must also pass the ELBO's first-order optimum conditions
+For a normal, mvn or lowrank guide a plateau must also pass the ELBO's first-order optimum conditions
 (`_stationarity_fn`), else the step sizes restart: a noisy ELBO can hide a steady drift. Draws
 come from the fitted guide, with the guide's log density (``log_q``) and the model's log joint (``lp``) at each draw, both in the constrained space, so
 ``arviz.loo_approximate_posterior`` works. ``log_evidence`` is the ELBO (a lower bound).
@@ -94,7 +94,7 @@ def vi(
     value other than its default raises ValueError naming it.
 
     ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite, and
-    for ``"normal"`` / ``"mvn"`` q at the ELBO's optimum: ``diagnostics["stationarity"]`` holds the
+    for ``"normal"`` / ``"mvn"`` / ``"lowrank"`` q at the ELBO's optimum: ``diagnostics["stationarity"]`` holds the
     largest scale ratio (q's scale over the one its curvature asks for), the largest Newton step of
     a mean in sds, and the restarts it caused (README.md, "What `converged` means";
     `inference.convergence`).
@@ -357,10 +357,12 @@ class _Programs(NamedTuple):
 
 
 def _gaussian_guide(guide) -> bool:
-    """A guide whose optimum `_stationarity_fn` can check: mean-field or full-rank normal."""
+    """A guide whose optimum `_stationarity_fn` can check: mean-field, low-rank or full-rank
+    normal (not the flow guide: its optimum has no closed-form conditions)."""
     if isinstance(guide, str):
-        return guide in ("normal", "mvn")
-    return isinstance(guide, (autoguide.AutoDiagonalNormal, autoguide.AutoMultivariateNormal))
+        return guide in ("normal", "mvn", "lowrank")
+    return isinstance(guide, (autoguide.AutoDiagonalNormal, autoguide.AutoMultivariateNormal,
+                              autoguide.AutoLowRankMultivariateNormal))
 
 
 def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
@@ -368,10 +370,14 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
     unconstrained latent ``z``, as effect sizes per coordinate, from ``pairs`` antithetic pairs
     ``m +- L eps``. With ``g = grad log p(z)`` (Stein's lemma):
 
-    - ``c_i = -E[g_i (z_i - m_i)] = (E[H] Sigma)_ii``, 1 at the optimum of a mean-field or a
-      full-rank q: the squared ratio of q's scale to the one the curvature asks for;
-    - ``o_i = (Sigma E[g])_i / sd_i``, 0 at the optimum: one Newton step of the mean in q's sds
-      (divided by ``sqrt(c_i)`` in `_stationarity`: in the sds the curvature asks for).
+    - ``c_i = -E[g_i (z_i - m_i)] = (E[-H] Sigma)_ii``, 1 at the optimum of a mean-field, a
+      low-rank or a full-rank q: the squared ratio of q's scale to the one the curvature asks
+      for. (Low rank, NumPyro's ``Sigma = S (W W' + I) S`` with ``S = diag(s)``: the ELBO's
+      derivative in ``s_i`` is ``((E[H] + Sigma^-1) Sigma)_ii / s_i``, zero iff ``c_i = 1``; its
+      stationarity in ``W`` is not checked);
+    - ``o_i = (Sigma E[g])_i / sd_i``, 0 at the optimum of any Gaussian family: one Newton step
+      of the mean in q's sds (divided by ``sqrt(c_i)`` in `_stationarity`: in the sds the
+      curvature asks for).
 
     An ELBO plateau can hide a q far from both (a tight posterior fitted from wide scales: the
     noisy ELBO changes less per chunk than its noise while the scales still drift). Returns the
@@ -384,8 +390,8 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         q = guide.get_posterior(svi.constrain_fn(raw_params))
         loc = q.loc
         eps = jax.random.normal(key, (pairs,) + loc.shape, loc.dtype)
-        full = isinstance(q, dist.MultivariateNormal)
-        L = q.scale_tril if full else None
+        full = isinstance(q, (dist.MultivariateNormal, dist.LowRankMultivariateNormal))
+        L = q.scale_tril if full else None  # low rank: the Cholesky factor of W W' + D
         d = eps @ L.T if full else eps * q.scale
 
         def grad_log_p(z):

@@ -11,7 +11,7 @@ from numpyro.distributions import biject_to
 import optax
 import pytest
 from numpyro.infer import SVI, Trace_ELBO
-from numpyro.infer.autoguide import AutoDiagonalNormal, AutoMultivariateNormal
+from numpyro.infer.autoguide import AutoDiagonalNormal, AutoLowRankMultivariateNormal, AutoMultivariateNormal
 from numpyro.optim import optax_to_numpyro
 
 import importlib
@@ -33,10 +33,11 @@ def _correlated():
     numpyro.sample("x", dist.MultivariateNormal(jnp.asarray(MU), jnp.asarray(COV)))
 
 
-def _check(model, guide_cls, loc, scale, pairs=512, seed=0):
+def _check(model, guide_cls, loc, scale, pairs=512, seed=0, factor=None):
     """`_stationarity_fn` on ``model`` with the guide's parameters set to (loc, scale): scale is a
-    vector (diagonal guide) or a lower-triangular factor (full-rank guide)."""
-    guide = guide_cls(model)
+    vector (diagonal guide; low-rank guide with its ``factor`` W, Sigma = S (W W' + I) S) or a
+    lower-triangular factor (full-rank guide)."""
+    guide = guide_cls(model) if factor is None else guide_cls(model, rank=factor.shape[1])
     svi = SVI(model, guide, optax_to_numpyro(optax.adam(1e-3)), Trace_ELBO())
     state = svi.init(jax.random.PRNGKey(0))
     raw = dict(vi_module._raw(state))
@@ -44,6 +45,9 @@ def _check(model, guide_cls, loc, scale, pairs=512, seed=0):
     raw["auto_loc"] = jnp.asarray(loc, dt)
     if guide_cls is AutoDiagonalNormal:  # softplus-positive
         raw["auto_scale"] = jnp.asarray(np.log(np.expm1(scale)), dt)
+    elif guide_cls is AutoLowRankMultivariateNormal:
+        raw["auto_scale"] = biject_to(guide.scale_constraint).inv(jnp.asarray(scale, dt))
+        raw["auto_cov_factor"] = jnp.asarray(factor, dt)
     else:  # the guide's constraint on its Cholesky factor, inverted
         raw["auto_scale_tril"] = biject_to(guide.scale_tril_constraint).inv(jnp.asarray(scale, dt))
     fn = vi_module._stationarity_fn(lambda a, kw: svi, lambda d: ((), {}), model, pairs)
@@ -91,7 +95,34 @@ def test_a_full_rank_guide_is_checked_against_its_own_optimum(x64):
     assert not off["at_optimum"] and off["mean_offset_sd"] > 0.5, off
 
 
-def test_a_plateau_of_a_stalled_optimiser_is_not_converged():
+# a target inside the rank-1 family: Sigma = S (W W' + I) S
+LR_S, LR_W = np.array([0.5, 2.0, 0.1]), np.array([[1.0], [-0.5], [2.0]])
+LR_COV = np.diag(LR_S) @ (LR_W @ LR_W.T + np.eye(3)) @ np.diag(LR_S)
+
+
+def _low_rank_target():
+    numpyro.sample("x", dist.MultivariateNormal(jnp.asarray(MU), jnp.asarray(LR_COV)))
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_a_low_rank_guide_is_checked_against_its_own_optimum(x64):
+    # q = the target (in the family): ratios 1 within Monte Carlo error and Newton steps 0 (exact
+    # for a Gaussian target up to round-off); scales 2x (Sigma 4x): every c_i = (Sigma*^-1 Sigma)_ii
+    # = 4, ratio 2; the mean one sd off along the target's first Cholesky column: step -1 there
+    L = np.linalg.cholesky(LR_COV)
+    with jax.enable_x64(x64):
+        c, o, at = _check(_low_rank_target, AutoLowRankMultivariateNormal, MU, LR_S, factor=LR_W)
+        _, _, wide = _check(_low_rank_target, AutoLowRankMultivariateNormal, MU, 2.0 * LR_S, factor=LR_W)
+        _, _, off = _check(_low_rank_target, AutoLowRankMultivariateNormal, MU + L[:, 0], LR_S, factor=LR_W)
+    se = c.std(0) / np.sqrt(len(c))
+    assert np.all(np.abs(c.mean(0) - 1.0) < 4 * se), (c.mean(0), se)
+    assert at["at_optimum"] and at["scale_ratio"] < 1.15 and at["mean_offset_sd"] < (1e-6 if x64 else 2e-3), at
+    assert not wide["at_optimum"] and abs(wide["scale_ratio"] - 2.0) < 0.2, wide
+    assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.05, off
+
+
+@pytest.mark.parametrize("guide", ["normal", "lowrank"])
+def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
     # Adam at 1e-6 barely moves: the ELBO's chunk means agree within noise (a plateau), yet q is
     # the start, far from the optimum. The plateau test alone reported converged=True.
     rng = np.random.default_rng(0)
@@ -101,13 +132,14 @@ def test_a_plateau_of_a_stalled_optimiser_is_not_converged():
 
     with pytest.warns(UserWarning, match="not the ELBO's optimum"):
         post = inference.vi(probmodels.linear_regression, X, y, noise_scale=0.1, optimizer=optax.adam(1e-6),
-                            steps=2000, check_every=500, num_samples=100, progress=False)
+                            guide=guide, steps=2000, check_every=500, num_samples=100, progress=False)
     st = post.diagnostics["stationarity"]
     assert post.diagnostics["converged"] is False and not st["at_optimum"], st
     assert st["scale_ratio"] > 3.0, st
 
 
-def test_other_guides_carry_no_optimum_check():
+def test_a_low_rank_fit_at_its_optimum_passes_and_the_flow_guide_carries_no_check():
+    # before session 62 the low-rank guide carried no optimum check (only the ELBO plateau)
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, 2))
     y = X @ np.array([1.0, -1.0]) + rng.normal(size=40)
@@ -115,4 +147,7 @@ def test_other_guides_carry_no_optimum_check():
 
     post = inference.vi(probmodels.linear_regression, X, y, noise_scale=1.0, guide="lowrank", steps=4000,
                         check_every=250, num_samples=50, progress=False)
-    assert "stationarity" not in post.diagnostics
+    st = post.diagnostics["stationarity"]
+    assert st["at_optimum"] and post.diagnostics["converged"] is True, st
+    # the flow guide's optimum has no closed-form conditions: its plateau alone decides
+    assert not vi_module._gaussian_guide("flow") and vi_module._gaussian_guide("lowrank")
