@@ -119,7 +119,7 @@ def mcmc(samples: dict, diverging=None) -> dict:
 
 def vi(plateau: bool, elbo, stationarity: dict | None = None) -> bool:
     """VI: the ELBO plateau (or fixed point) reached before the step cap, with a finite ELBO, and
-    for a Gaussian guide q at the ELBO's optimum (``stationarity["at_optimum"]``, `inference.vi`)."""
+    for a named autoguide q at the ELBO's optimum (``stationarity["at_optimum"]``, `inference.vi`)."""
     at_optimum = stationarity is None or bool(stationarity["at_optimum"])
     return bool(plateau) and _finite(elbo) and at_optimum
 

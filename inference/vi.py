@@ -3,7 +3,7 @@
 The step size is reduced tenfold each time the ELBO stops improving (its change over a window of
 ``check_every`` steps is within noise or below ``tol``); the fit stops at a plateau of the smallest
 step size, or after ``steps`` steps. The answer at a plateau is the last chunk's average iterate.
-For a normal, mvn or lowrank guide a plateau must also pass the ELBO's first-order optimum conditions
+For the named autoguides a plateau must also pass the ELBO's first-order optimum conditions
 (`_stationarity_fn`), else the step sizes restart: a noisy ELBO can hide a steady drift. Draws
 come from the fitted guide, with the guide's log density (``log_q``) and the model's log joint (``lp``) at each draw, both in the constrained space, so
 ``arviz.loo_approximate_posterior`` works. ``log_evidence`` is the ELBO (a lower bound).
@@ -47,7 +47,7 @@ GUIDES = {
     "flow": autoguide.AutoIAFNormal,
 }
 LR_LEVELS = (1.0, 0.1, 0.01)
-# Antithetic pairs of draws of q for the optimum check of Gaussian guides (`_stationarity_fn`).
+# Antithetic pairs of draws of q for the optimum check of the autoguides (`_stationarity_fn`).
 STATIONARITY_PAIRS = 256
 # q is "at its optimum" unless, beyond Monte Carlo error, a coordinate's scale is off by more than
 # this factor from the one its own curvature asks for, or its mean is further than MEAN_OFF sds
@@ -94,7 +94,7 @@ def vi(
     value other than its default raises ValueError naming it.
 
     ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite, and
-    for ``"normal"`` / ``"mvn"`` / ``"lowrank"`` q at the ELBO's optimum: ``diagnostics["stationarity"]`` holds the
+    q at the ELBO's optimum (the named autoguides; the flow's from its draws): ``diagnostics["stationarity"]`` holds the
     largest scale ratio (q's scale over the one its curvature asks for), the largest Newton step of
     a mean in sds, and the restarts it caused (README.md, "What `converged` means";
     `inference.convergence`).
@@ -245,7 +245,7 @@ def vi(
     state = progs.init(key, data, None if starts is None else {k: jnp.asarray(v) for k, v in starts.items()})
 
     losses, level, prev, converged, done = [], 0, None, False, 0
-    checked = _gaussian_guide(guide)
+    checked = _gaussian_guide(guide) or _flow_guide(guide)
     stationarity, restarts = None, 0
 
     def optimum_check(raw_params):
@@ -348,7 +348,7 @@ class _Programs(NamedTuple):
     (SVI's state; ``values``: the model's own starting values or None), the chunk of ELBO steps
     ``run_chunk(state, data)``, the draws ``draw(raw_params, key, data)`` (the constrained
     parameters, draws of the latent sites, log q and the log joint) and the optimum check
-    ``stationarity(raw_params, key, data)`` (Gaussian guides; `_stationarity_fn`)."""
+    ``stationarity(raw_params, key, data)`` (the named autoguides; `_stationarity_fn`)."""
 
     init: Callable
     run_chunk: Callable
@@ -357,12 +357,17 @@ class _Programs(NamedTuple):
 
 
 def _gaussian_guide(guide) -> bool:
-    """A guide whose optimum `_stationarity_fn` can check: mean-field, low-rank or full-rank
-    normal (not the flow guide: its optimum has no closed-form conditions)."""
+    """A guide whose optimum `_stationarity_fn` checks in full: mean-field, low-rank or full-rank
+    normal."""
     if isinstance(guide, str):
         return guide in ("normal", "mvn", "lowrank")
     return isinstance(guide, (autoguide.AutoDiagonalNormal, autoguide.AutoMultivariateNormal,
                               autoguide.AutoLowRankMultivariateNormal))
+
+
+def _flow_guide(guide) -> bool:
+    """The inverse autoregressive flow guide (`_stationarity_fn` checks it from its draws)."""
+    return guide == "flow" if isinstance(guide, str) else isinstance(guide, autoguide.AutoIAFNormal)
 
 
 def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
@@ -379,6 +384,13 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
       of the mean in q's sds (divided by ``sqrt(c_i)`` in `_stationarity`: in the sds the
       curvature asks for).
 
+    The flow guide (``z = T(eps)``, inverse autoregressive layers): its family holds every map
+    ``z -> m + a * (z - m) + b`` of q (the last layer's mean weights and bias, and its log-scale
+    bias, while that stays inside NumPyro's clip), under which the ELBO changes by
+    ``E[g (a - 1) (z - m)] + E[g] b + sum(log a)``: at its optimum ``E[g] = 0`` and
+    ``c_i = -E[g_i (z_i - m_i)] = 1`` as above, with q's mean and covariance estimated from the
+    draws (antithetic in ``eps``: ``T(eps)``, ``T(-eps)``). A q held off by the clip fails it.
+
     An ELBO plateau can hide a q far from both (a tight posterior fitted from wide scales: the
     noisy ELBO changes less per chunk than its noise while the scales still drift). Returns the
     per-pair values of ``c`` and ``o`` (pairs x dim); for a Gaussian posterior ``o`` is exact."""
@@ -388,15 +400,25 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         svi = svi_for(a, kw)
         guide = svi.guide
         q = guide.get_posterior(svi.constrain_fn(raw_params))
+
+        def grad_log_p(z):
+            return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
+
+        if isinstance(q, dist.TransformedDistribution):  # the flow guide: its translation condition
+            eps = jax.random.normal(key, (pairs, guide.latent_dim), jax.tree.leaves(raw_params)[0].dtype)
+            zp, zm = q.transforms[0](eps), q.transforms[0](-eps)
+            for t in q.transforms[1:]:
+                zp, zm = t(zp), t(zm)
+            gp, gm = jax.vmap(grad_log_p)(zp), jax.vmap(grad_log_p)(zm)
+            z = jnp.concatenate([zp, zm])
+            m, cov = z.mean(0), jnp.atleast_2d(jnp.cov(z.T))
+            c = -(gp * (zp - m) + gm * (zm - m)) / 2
+            return c, ((gp + gm) / 2 @ cov) / jnp.sqrt(jnp.diagonal(cov))
         loc = q.loc
         eps = jax.random.normal(key, (pairs,) + loc.shape, loc.dtype)
         full = isinstance(q, (dist.MultivariateNormal, dist.LowRankMultivariateNormal))
         L = q.scale_tril if full else None  # low rank: the Cholesky factor of W W' + D
         d = eps @ L.T if full else eps * q.scale
-
-        def grad_log_p(z):
-            return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
-
         gp, gm = jax.vmap(grad_log_p)(loc + d), jax.vmap(grad_log_p)(loc - d)
         c = -(gp - gm) * d / 2
         g = (gp + gm) / 2

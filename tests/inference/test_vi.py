@@ -11,7 +11,8 @@ from numpyro.distributions import biject_to
 import optax
 import pytest
 from numpyro.infer import SVI, Trace_ELBO
-from numpyro.infer.autoguide import AutoDiagonalNormal, AutoLowRankMultivariateNormal, AutoMultivariateNormal
+from numpyro.infer.autoguide import (AutoDiagonalNormal, AutoIAFNormal, AutoLowRankMultivariateNormal,
+                                     AutoMultivariateNormal)
 from numpyro.optim import optax_to_numpyro
 
 import importlib
@@ -121,6 +122,34 @@ def test_a_low_rank_guide_is_checked_against_its_own_optimum(x64):
     assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.05, off
 
 
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_a_flow_guide_is_checked_from_its_draws(x64):
+    # q: an IAF guide at its random start (not Gaussian); targets built from q's own mean m and
+    # covariance S (20000 draws): N(m, S) is at q's scale and mean (c = (S^-1 S)_ii = 1, E[g] ~ 0),
+    # N(m, S / 4) asks for half q's scales (c = 4: ratio 2), N(m + L e1, S) for a mean one sd away
+    with jax.enable_x64(x64):
+        def model_at(mu, cov):
+            def model():
+                numpyro.sample("x", dist.MultivariateNormal(jnp.asarray(mu), jnp.asarray(cov)))
+            return model
+
+        guide = AutoIAFNormal(model_at(MU, COV))
+        svi = SVI(guide.model, guide, optax_to_numpyro(optax.adam(1e-3)), Trace_ELBO())
+        raw = vi_module._raw(svi.init(jax.random.PRNGKey(0)))
+        q = guide.get_posterior(svi.constrain_fn(raw))
+        z = np.asarray(q.sample(jax.random.PRNGKey(1), (20000,)), np.float64)
+        m, S = z.mean(0), np.cov(z.T)
+        L = np.linalg.cholesky(S)
+        out = {}
+        for name, (mu, cov) in {"at": (m, S), "wide": (m, S / 4), "off": (m + L[:, 0], S)}.items():
+            fn = vi_module._stationarity_fn(lambda a, kw: svi, lambda d: ((), {}), model_at(mu, cov), 512)
+            out[name] = vi_module._stationarity(*fn(raw, jax.random.PRNGKey(2), None))
+    at, wide, off = out["at"], out["wide"], out["off"]
+    assert at["at_optimum"] and at["scale_ratio"] < 1.15 and at["mean_offset_sd"] < 0.1, at
+    assert not wide["at_optimum"] and abs(wide["scale_ratio"] - 2.0) < 0.2, wide
+    assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.1, off
+
+
 @pytest.mark.parametrize("guide", ["normal", "lowrank"])
 def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
     # Adam at 1e-6 barely moves: the ELBO's chunk means agree within noise (a plateau), yet q is
@@ -138,8 +167,8 @@ def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
     assert st["scale_ratio"] > 3.0, st
 
 
-def test_a_low_rank_fit_at_its_optimum_passes_and_the_flow_guide_carries_no_check():
-    # before session 62 the low-rank guide carried no optimum check (only the ELBO plateau)
+def test_a_low_rank_fit_at_its_optimum_passes():
+    # before session 62 the low-rank and flow guides carried no optimum check (only the ELBO plateau)
     rng = np.random.default_rng(1)
     X = rng.normal(size=(40, 2))
     y = X @ np.array([1.0, -1.0]) + rng.normal(size=40)
@@ -149,5 +178,3 @@ def test_a_low_rank_fit_at_its_optimum_passes_and_the_flow_guide_carries_no_chec
                         check_every=250, num_samples=50, progress=False)
     st = post.diagnostics["stationarity"]
     assert st["at_optimum"] and post.diagnostics["converged"] is True, st
-    # the flow guide's optimum has no closed-form conditions: its plateau alone decides
-    assert not vi_module._gaussian_guide("flow") and vi_module._gaussian_guide("lowrank")
