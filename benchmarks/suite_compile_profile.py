@@ -25,6 +25,8 @@ import pytest
 _ACC = {"seconds": 0.0, "count": 0}
 _SEEN: dict = {}  # module-text digest -> [compilations, seconds, name]
 _ROWS: list = []
+_PROGRAMS: list = []  # [test id, program name, seconds, module text characters]
+_CURRENT = {"test": ""}
 
 
 def _install():
@@ -41,7 +43,9 @@ def _install():
         dt = time.perf_counter() - t0
         _ACC["seconds"] += dt
         _ACC["count"] += 1
-        seen = _SEEN.setdefault(digest, [0, 0.0, str(module.operation.attributes["sym_name"])])
+        name = str(module.operation.attributes["sym_name"])
+        _PROGRAMS.append([_CURRENT["test"], name, dt, len(text)])
+        seen = _SEEN.setdefault(digest, [0, 0.0, name])
         seen[0] += 1
         seen[1] += dt
         return out
@@ -49,13 +53,26 @@ def _install():
     compiler.backend_compile_and_load = timed
 
 
+_DURATIONS: dict = {}  # jax.monitoring event -> [count, seconds] (tracing, lowering, compiling)
+
+
+def _record(event, seconds, **_):
+    d = _DURATIONS.setdefault(event, [0, 0.0])
+    d[0] += 1
+    d[1] += seconds
+
+
 def pytest_configure(config):
+    import jax
+
     _install()
+    jax.monitoring.register_event_duration_secs_listener(_record)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     c0, n0, t0 = _ACC["seconds"], _ACC["count"], time.perf_counter()
+    _CURRENT["test"] = item.nodeid
     yield
     _ROWS.append([item.nodeid, time.perf_counter() - t0, _ACC["seconds"] - c0, _ACC["count"] - n0])
 
@@ -65,7 +82,7 @@ def pytest_sessionfinish(session):
     repeated = [[name, c, s] for c, s, name in _SEEN.values() if c > 1]
     path = os.path.join(os.environ.get("SUITE_PROFILE_DIR", "."), f"suite-compile-profile-{worker}.json")
     with open(path, "w") as f:
-        json.dump({"rows": _ROWS, "repeated": repeated}, f)
+        json.dump({"rows": _ROWS, "repeated": repeated, "programs": _PROGRAMS, "durations": _DURATIONS}, f)
 
 
 def summary(paths) -> str:
