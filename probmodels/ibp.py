@@ -19,6 +19,12 @@ Inference: ``inference.vi(ibp_linear_gaussian, Y)`` runs the mean-field VI of Do
 apply: ``z`` is discrete). ``inference.mcmc`` runs an uncollapsed blocked Gibbs sampler
 (`inference.ibp_gibbs`). Laplace and EP do not apply (discrete ``z``).
 
+Mean-field VI prunes faint features, and its ``converged`` cannot see it (the bound's own optimum
+has fewer features): on ``cambridge(100, seed=0, noise=1.0)`` (seeds 0-2, float32 and float64) it
+keeps 2 features, with a bound of -5385.6 against -5397.4 for the 4-feature fixed point CAVI
+reaches from the true assignments, while the Gibbs sampler uses the 4 true features in every draw.
+When features may be weak against the noise, compare with ``inference.mcmc``.
+
 Example:
     >>> import numpy as np, inference
     >>> from probmodels.ibp import cambridge, ibp_linear_gaussian
