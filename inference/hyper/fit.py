@@ -87,11 +87,16 @@ def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0
     info = {
         "sites": list(hs.hyper), "iterations": mode.iterations, "evaluations": mode.evaluations,
         "grad_norm": float(np.linalg.norm(mode.grad)), "predicted_gain": mode.gain, "stalled": mode.stalled,
+        "saddle": mode.saddle,
         "trace": [float(v) for v in mode.trace], "log_evidence_at_mode": mode.log_z,
         "log_posterior_at_mode": mode.value, "unconstrained": mode.phi.tolist(),
         "converged": mode.converged, "method": hyper,
     }
     converged = mode.converged
+    if mode.saddle:
+        warnings.warn("hyper=: the search for the hyperparameters' mode stopped at a saddle of their log posterior "
+                      "(it curves upward along some direction there), not at a maximum: converged=False "
+                      "(diagnostics['hyper']['saddle'])", RuntimeWarning, stacklevel=3)
     if hyper == "map":
         points, log_mass, warms = mode.phi[None], np.zeros(1), [mode.warm]
         log_evidence, cell = mode.log_z, np.zeros(1)

@@ -9,8 +9,9 @@ the last accepted point. The step is BFGS's, at most ``max_step`` long in any co
 factor e^2 on a log-scale parameter), with Armijo backtracking. It stops when the predicted gain
 ``g' H^-1 g / 2`` falls to ``max(tol, 100 eps max(1, |F|))`` with the Hessian itself, not only
 BFGS's estimate (converged; checked by central differences of the gradient, ``2k`` evaluations,
-at most ``MAX_CHECKS`` times), when no step along the direction improves ``F`` (stalled), or after
-``max_iter`` iterations.
+at most ``MAX_CHECKS`` times; a Hessian with a clearly negative eigenvalue there is a saddle, not
+converged), when no step along the direction improves ``F`` (stalled), or after ``max_iter``
+iterations.
 
 Example (a concave quadratic, its own gradient exact):
     >>> import numpy as np
@@ -29,6 +30,10 @@ import numpy as np
 ARMIJO = 1e-4
 MAX_HALVINGS = 40
 MAX_CHECKS = 3  # Hessian checks of a predicted convergence (each 2k evaluations)
+# A Hessian check that finds an eigenvalue of -d^2 F below -SADDLE x the largest in magnitude
+# (beyond the error of central differences of gradients from an inner fixed point) says the
+# search stopped at a saddle, not a maximum: not converged.
+SADDLE = {np.dtype(np.float32): 0.1, np.dtype(np.float64): 0.01}
 
 
 class MapResult(NamedTuple):
@@ -43,6 +48,7 @@ class MapResult(NamedTuple):
     trace: list  # F at each accepted point
     gain: float  # the predicted gain left at the mode
     stalled: bool
+    saddle: bool = False  # the Hessian check found a direction of ascent curvature: not a maximum
 
 
 def _host(out):
@@ -67,13 +73,22 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
     def small(gain, F):
         return gain <= max(tol, 100 * eps * max(1.0, abs(F)))
 
+    saddle = False
+
     def checked(gain):
-        """(gain read with the Hessian itself where BFGS's is small, that Hessian or None)."""
+        """(gain read with the Hessian itself where BFGS's is small, that Hessian or None); a
+        Hessian that is not positive definite leaves BFGS's gain, and marks a saddle where an
+        eigenvalue is clearly negative (`SADDLE`)."""
+        nonlocal saddle
         if not (small(gain, F) and ok):
             return gain, None
         H = hessian(value_and_grad, phi.astype(dtype), warm)
         newton = _newton_gain(H, g)
-        return (gain, None) if newton is None else (max(gain, newton), H)
+        if newton is None:
+            lam = np.linalg.eigvalsh(H)
+            saddle = bool(np.all(np.isfinite(lam)) and lam[0] < -SADDLE[np.dtype(dtype)] * np.max(np.abs(lam)))
+            return gain, None
+        return max(gain, newton), H
 
     checks = 0
     it = 0
@@ -123,8 +138,9 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
         if small(gain, F) and ok:
             evaluations += 2 * k
             gain, _ = checked(gain)
-    converged = bool(ok and small(gain, F) and np.isfinite(F))
-    return MapResult(phi.astype(dtype), F, log_z, g, warm, converged, it, evaluations, trace, float(gain), stalled)
+    converged = bool(ok and small(gain, F) and np.isfinite(F) and not saddle)
+    return MapResult(phi.astype(dtype), F, log_z, g, warm, converged, it, evaluations, trace, float(gain), stalled,
+                     saddle)
 
 
 def _newton_gain(H, g):

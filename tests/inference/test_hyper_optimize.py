@@ -50,3 +50,22 @@ def test_no_strict_maximum_keeps_bfgs_verdict_and_reports_it():
 
     res = optimize.maximize(vg, np.zeros(1), None, tol=1e-10, max_iter=200)
     assert abs(res.phi[0] - 1.0) < 0.05
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_a_saddle_is_not_converged(dtype):
+    # F = -(p1 - 1)^2 + p2^2 - p2^4 from p2 = 0: the gradient along p2 is exactly 0 there, so BFGS
+    # never leaves p2 = 0 and stops at the saddle (1, 0) (maxima at p2 = +-1/sqrt(2)) with no gain
+    # left; before session 62 that was converged=True. The Hessian check sees -d^2 F = diag(2, -2).
+    def vg(p, warm):
+        x, y = (float(v) for v in p)
+        return -(x - 1) ** 2 + y ** 2 - y ** 4, np.array([-2 * (x - 1), 2 * y - 4 * y ** 3]), warm, True, 0.0
+
+    res = optimize.maximize(vg, np.zeros(2, dtype), None, tol=1e-8, max_iter=100)
+    assert res.saddle and not res.converged, res
+    np.testing.assert_allclose(res.phi, [1.0, 0.0], atol=1e-3)
+    # a strict maximum is not a saddle (the same function from p2 = 0.1); float32 stops at a gain
+    # of 100 eps |F| ~ 1e-5, ~2e-3 from the mode along p2 (curvature 4)
+    res = optimize.maximize(vg, np.array([0.0, 0.1], dtype), None, tol=1e-8, max_iter=100)
+    assert res.converged and not res.saddle
+    np.testing.assert_allclose(res.phi, [1.0, 2 ** -0.5], atol=1e-3 if dtype == np.float64 else 5e-3)
