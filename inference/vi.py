@@ -386,8 +386,8 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
 
     The flow guide (``z = T(eps)``, inverse autoregressive layers): its family holds every map
     ``z -> m + a * (z - m) + b`` of q (the last layer's mean weights and bias, and its log-scale
-    bias, while that stays inside NumPyro's clip), under which the ELBO changes by
-    ``E[g (a - 1) (z - m)] + E[g] b + sum(log a)``: at its optimum ``E[g] = 0`` and
+    bias, while that stays inside NumPyro's clip), under which the ELBO changes, to first order in
+    ``a - 1`` and ``b``, by ``E[g (a - 1) (z - m)] + E[g] b + sum(a - 1)``: at its optimum ``E[g] = 0`` and
     ``c_i = -E[g_i (z_i - m_i)] = 1`` as above, with q's mean and covariance estimated from the
     draws (antithetic in ``eps``: ``T(eps)``, ``T(-eps)``). A q held off by the clip fails it.
 
@@ -404,7 +404,7 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         def grad_log_p(z):
             return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
 
-        if isinstance(q, dist.TransformedDistribution):  # the flow guide: its translation condition
+        if isinstance(q, dist.TransformedDistribution):  # the flow guide: its draws give m, Sigma, c, o
             eps = jax.random.normal(key, (pairs, guide.latent_dim), jax.tree.leaves(raw_params)[0].dtype)
             zp, zm = q.transforms[0](eps), q.transforms[0](-eps)
             for t in q.transforms[1:]:
