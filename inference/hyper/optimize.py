@@ -73,25 +73,23 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
     def small(gain, F):
         return gain <= max(tol, 100 * eps * max(1.0, abs(F)))
 
-    saddle = False
-
     def checked(gain):
-        """(gain read with the Hessian itself where BFGS's is small, that Hessian or None); a
-        Hessian that is not positive definite leaves BFGS's gain, and marks a saddle where an
-        eigenvalue is clearly negative (`SADDLE`)."""
-        nonlocal saddle
+        """(gain read with the Hessian itself where BFGS's is small, that Hessian or None, whether
+        it is a saddle): a Hessian that is not positive definite leaves BFGS's gain, and is a
+        saddle where an eigenvalue is clearly negative (`SADDLE`)."""
         if not (small(gain, F) and ok):
-            return gain, None
+            return gain, None, False
         H = hessian(value_and_grad, phi.astype(dtype), warm)
         newton = _newton_gain(H, g)
         if newton is None:
             lam = np.linalg.eigvalsh(H)
-            saddle = bool(np.all(np.isfinite(lam)) and lam[0] < -SADDLE[np.dtype(dtype)] * np.max(np.abs(lam)))
-            return gain, None
-        return max(gain, newton), H
+            saddle = np.all(np.isfinite(lam)) and lam[0] < -SADDLE[np.dtype(dtype)] * np.max(np.abs(lam))
+            return gain, None, bool(saddle)
+        return max(gain, newton), H, False
 
     checks = 0
     it = 0
+    saddle = False
     for it in range(1, max_iter + 1):
         p = Hinv @ g
         if not float(g @ p) > 0:  # not an ascent direction: restart from the gradient
@@ -105,7 +103,7 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
             # with it where it is larger
             checks += 1
             evaluations += 2 * k
-            gain, H = checked(gain)
+            gain, H, saddle = checked(gain)
             if H is None or small(gain, F) or checks > MAX_CHECKS:
                 break
             Hinv = np.linalg.inv(H)
@@ -137,7 +135,7 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
         gain = 0.5 * float(g @ (Hinv @ g))
         if small(gain, F) and ok:
             evaluations += 2 * k
-            gain, _ = checked(gain)
+            gain, _, saddle = checked(gain)
     converged = bool(ok and small(gain, F) and np.isfinite(F) and not saddle)
     return MapResult(phi.astype(dtype), F, log_z, g, warm, converged, it, evaluations, trace, float(gain), stalled,
                      saddle)

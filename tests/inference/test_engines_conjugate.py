@@ -236,6 +236,21 @@ def test_other_guides_on_known_noise(guide, data):
     assert post.diagnostics["guide"] == guide
 
 
+def _tight_fit(x64, **options):
+    """VI on the tight regression (n = 200, 3 features, noise 0.01, seed 0) in the working dtype:
+    the fit and its largest errors against the closed form (mean in sds, sd ratio)."""
+    import jax
+
+    with jax.enable_x64(x64):
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(200, 3))
+        y = X @ np.array([1.0, -0.5, 0.25]) + 0.01 * rng.normal(size=200)
+        exact = conjugate.linear_regression_posterior(X, y, noise_scale=0.01)
+        post = inference.vi(probmodels.linear_regression, X, y, seed=0, num_samples=4000, progress=False, **options)
+    sd = np.sqrt(np.diag(exact.cov))
+    return post, np.max(np.abs(post.mean("w") - exact.mean) / sd), np.max(np.abs(post.std("w") / sd - 1))
+
+
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
 def test_mean_field_vi_with_a_tight_posterior_is_right_or_not_converged(x64):
     # Noise 0.01 (posterior sds ~7e-4, q's scales start at 0.1): the ELBO's noise hides a steady
@@ -246,18 +261,8 @@ def test_mean_field_vi_with_a_tight_posterior_is_right_or_not_converged(x64):
     # 0.05 on an sd ratio; 4000 draws here, as the other guides' fits); benchmarks/RESULTS.md
     # ("VI's plateau test"). float64: the scales as arrays, as `KNOWN` (the same programs as the
     # mean-field fit of test_other_guides_on_known_noise); float32 as a user writes them.
-    import jax
-
     scales = dict(prior_scale=np.asarray(1.0), noise_scale=np.asarray(0.01)) if x64 else dict(noise_scale=0.01)
-    with jax.enable_x64(x64):
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(200, 3))
-        y = X @ np.array([1.0, -0.5, 0.25]) + 0.01 * rng.normal(size=200)
-        exact = conjugate.linear_regression_posterior(X, y, noise_scale=0.01)
-        post = inference.vi(probmodels.linear_regression, X, y, **scales, seed=0, num_samples=4000, progress=False)
-    sd = np.sqrt(np.diag(exact.cov))
-    mean_err = np.max(np.abs(post.mean("w") - exact.mean) / sd)
-    sd_err = np.max(np.abs(post.std("w") / sd - 1))
+    post, mean_err, sd_err = _tight_fit(x64, **scales)
     right = mean_err < 0.2 and sd_err < 0.15
     assert right or not post.diagnostics["converged"], (mean_err, sd_err, post.diagnostics["steps"])
 
@@ -273,18 +278,7 @@ def test_other_guides_with_a_tight_posterior_are_near_or_not_converged(x64, guid
     # scale ratios within its allowance (1.2x beyond Monte Carlo error, ~1.3x at 256 pairs;
     # measured sd errors 0.03-0.35, means <= 0.15 sds) or run to the step cap, converged=False
     # (flow, float64, seed 1): held to 0.5 on an sd ratio, 0.2 sds on a mean.
-    import jax
-
-    with jax.enable_x64(x64):
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(200, 3))
-        y = X @ np.array([1.0, -0.5, 0.25]) + 0.01 * rng.normal(size=200)
-        exact = conjugate.linear_regression_posterior(X, y, noise_scale=0.01)
-        post = inference.vi(probmodels.linear_regression, X, y, noise_scale=0.01, guide=guide, seed=0,
-                            num_samples=4000, progress=False)
-    sd = np.sqrt(np.diag(exact.cov))
-    mean_err = np.max(np.abs(post.mean("w") - exact.mean) / sd)
-    sd_err = np.max(np.abs(post.std("w") / sd - 1))
+    post, mean_err, sd_err = _tight_fit(x64, noise_scale=0.01, guide=guide)
     assert "stationarity" in post.diagnostics
     near = mean_err < 0.2 and sd_err < 0.5
     assert near or not post.diagnostics["converged"], (mean_err, sd_err, post.diagnostics["steps"])
