@@ -378,8 +378,10 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
     - ``c_i = -E[g_i (z_i - m_i)] = (E[-H] Sigma)_ii``, 1 at the optimum of a mean-field, a
       low-rank or a full-rank q: the squared ratio of q's scale to the one the curvature asks
       for. (Low rank, NumPyro's ``Sigma = S (W W' + I) S`` with ``S = diag(s)``: the ELBO's
-      derivative in ``s_i`` is ``((E[H] + Sigma^-1) Sigma)_ii / s_i``, zero iff ``c_i = 1``; its
-      stationarity in ``W`` is not checked);
+      derivative in ``s_i`` is ``((E[H] + Sigma^-1) Sigma)_ii / s_i``, zero iff ``c_i = 1``; in
+      ``W`` it is zero iff ``B V = V`` with ``B = L' E[-H] L``, ``V = L^-1 S W``, ``Sigma = L L'``:
+      checked along each column ``v``, ``v' B v / v' v = 1``, one more ``c`` column each (a column
+      turned away from its optimum with the right variance along itself is not seen);
     - ``o_i = (Sigma E[g])_i / sd_i``, 0 at the optimum of any Gaussian family: one Newton step
       of the mean in q's sds (divided by ``sqrt(c_i)`` in `_stationarity`: in the sds the
       curvature asks for).
@@ -422,6 +424,10 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         gp, gm = jax.vmap(grad_log_p)(loc + d), jax.vmap(grad_log_p)(loc - d)
         c = -(gp - gm) * d / 2
         g = (gp + gm) / 2
+        if isinstance(q, dist.LowRankMultivariateNormal):  # and along each column of the factor
+            U = q.cov_factor
+            V = jax.scipy.linalg.solve_triangular(L, U, lower=True)
+            c = jnp.concatenate([c, -((gp - gm) / 2 @ U) * (eps @ V) / jnp.sum(V * V, 0)], axis=1)
         if full:  # Sigma g / sd
             cov = L @ L.T
             return c, (g @ cov) / jnp.sqrt(jnp.diagonal(cov))
@@ -452,9 +458,9 @@ def _stationarity(c, o) -> dict:
     too_narrow = cm + z * cs < 1.0 / r2
     ratio = np.sqrt(np.clip(cm, 1e-12, None))
     # the Newton step in the sds the curvature asks for (q's sds / ratio)
-    om, osd = om / ratio, osd / ratio
+    om, osd = om / ratio[: o.shape[1]], osd / ratio[: o.shape[1]]
     off = np.abs(om) - z * osd > MEAN_OFF
-    return {"at_optimum": not bool(np.any(too_wide | too_narrow | off)),
+    return {"at_optimum": not bool(np.any(too_wide | too_narrow) or np.any(off)),
             "scale_ratio": float(np.max(np.maximum(ratio, 1.0 / ratio))),
             "mean_offset_sd": float(np.max(np.abs(om))), "finite_pairs": n, "pairs": len(ok)}
 

@@ -122,6 +122,24 @@ def test_a_low_rank_guide_is_checked_against_its_own_optimum(x64):
     assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.05, off
 
 
+# q's factor shrunk to 0.3 W (0.2 W) with its scales at their optimum for that factor (found in
+# float64 by BFGS on the KL over log s): every c_i = (Sigma*^-1 Sigma)_ii = 1, so the per-coordinate
+# check passes, but along the factor's column q's variance is 0.517 (0.474) times what the
+# curvature asks for (v' L' P L v / v'v, v = L^-1 S W). Before session 63 both were "at optimum".
+LR_SHRUNK = ((0.3, np.array([0.5479, 2.0450, 0.1511]), 0.517), (0.2, np.array([0.5472, 2.0434, 0.1589]), 0.474))
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_a_low_rank_factor_off_its_optimum_is_flagged_along_its_column(x64):
+    with jax.enable_x64(x64):
+        for shrink, scale, along in LR_SHRUNK:
+            c, _, s = _check(_low_rank_target, AutoLowRankMultivariateNormal, MU, scale, factor=shrink * LR_W)
+            se = c.std(0) / np.sqrt(len(c))
+            assert np.all(np.abs(c.mean(0)[:3] - 1.0) < 4 * se[:3] + 1e-3), (c.mean(0), se)  # coordinates: at optimum
+            assert abs(c.mean(0)[3] - along) < 4 * se[3], (c.mean(0), se)  # the factor's column: measured
+            assert not s["at_optimum"] and abs(s["scale_ratio"] - 1 / np.sqrt(along)) < 0.1, s
+
+
 @pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
 def test_a_flow_guide_is_checked_from_its_draws(x64):
     # q: an IAF guide at its random start (not Gaussian); targets built from q's own mean m and
