@@ -303,11 +303,67 @@ def to_chains(flat: dict, num_chains: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).reshape((num_chains, -1) + np.shape(v)[1:]) for k, v in flat.items()}
 
 
+def fit_options(post, args, kwargs) -> dict:
+    """The keyword arguments of the fit that a `Posterior.predict` call leaves out and that are the
+    model's options, not its data: not an array or list, and not feeding an observed site (the
+    fit's trace without it observes fewer sites; a Bayes net's evidence ``W=1`` is data). Without
+    them ``predict(X_new)`` ran the model at its defaults: a linear regression fitted with
+    ``noise_scale=0.7`` predicted with its unknown-noise branch and a prior draw of the precision
+    (predictive sds 2.7-6.5x the closed form)."""
+    import inspect
+
+    fitted = dict(post.model_kwargs or {})
+    if post.model is None or not fitted:
+        return {}
+    try:
+        given = inspect.signature(post.model).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # not inspectable, or a call the model will refuse itself
+        given = dict(kwargs)
+    options = {k: v for k, v in fitted.items() if k not in given and _is_option(v)}
+    if not options:
+        return {}
+    observed = set(observed_sites(structure_trace(post.model, post.model_args, fitted)))
+    keep = {}
+    for k, v in options.items():
+        try:
+            without = structure_trace(post.model, post.model_args, {q: w for q, w in fitted.items() if q != k})
+        except Exception:  # noqa: BLE001 - the model needs it (a required option)
+            keep[k] = v
+            continue
+        if set(observed_sites(without)) == observed:
+            keep[k] = v
+    return keep
+
+
+def _is_option(v) -> bool:
+    """A scalar, a tuple (``noise_prior=(1.0, 1.0)``) or an object (a kernel, a distribution);
+    arrays and lists are data."""
+    if isinstance(v, tuple):
+        return True
+    if isinstance(v, (list, np.ndarray, jax.Array)):
+        return False
+    try:
+        return np.ndim(v) == 0
+    except ValueError:
+        return True
+
+
 def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     """Posterior predictive of the observed sites at new inputs, one draw per posterior draw."""
     model = post.model
     trace = structure_trace(model, args, kwargs)  # names and shapes: an eager trace cost ~1.3 s
     latent = set(latent_sites(trace))
+    if post.model_args or post.model_kwargs:
+        try:
+            fit_trace = structure_trace(model, post.model_args, post.model_kwargs)
+            fitted = set(latent_sites(fit_trace)) | set(observed_sites(fit_trace))
+        except Exception:  # noqa: BLE001 - a loaded Posterior given no training data
+            fitted = latent
+        if latent - fitted:
+            raise ValueError(
+                f"cannot predict: at these arguments the model has latent sites the fitted model did not "
+                f"have ({sorted(latent - fitted)}), which would be drawn from their prior; pass predict() "
+                f"the model options of the fit (fitted with {sorted(post.model_kwargs)})")
     flat = {k: v for k, v in post.flat_samples().items() if k in latent}
     observed = list(post.observed_data) or [
         n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"] and n not in flat

@@ -183,15 +183,20 @@ class Posterior:
     def predict(self, *args, seed: int | None = None, **kwargs):
         """Posterior predictive draws for new inputs ``*args, **kwargs`` (the model's own).
 
+        The fit's keyword options that are left out (``noise_scale=0.7``, ``num_states=3``, a
+        kernel; not arrays, lists or observed values) are passed again as fitted; arguments given
+        here win. A call at which the model has latent sites the fitted one had not is refused.
         Returns the ``posterior_predictive`` group as a DataTree and adds it to :meth:`to_arviz`.
         """
         from inference import compiled
+        from inference._model import fit_options
 
         if self.predictor is None and self.model is None:
             raise RuntimeError(
                 "predict needs the model: this Posterior was loaded from disk; pass model= to "
                 "inference.load(path, model=...) to predict"
             )
+        kwargs = {**fit_options(self, args, kwargs), **kwargs}
         key = jax.random.PRNGKey(self.seed + 1 if seed is None else seed)
         with compiled.scope():  # full-precision matrix products, as in the fit
             if self.predictor is not None:

@@ -414,7 +414,7 @@ def test_predict_gp_conditions_on_the_training_latent(gp_data):
     np.testing.assert_allclose(same["f"].values[0].mean(0), mu[:3], atol=4 * np.sqrt(np.diag(S)[:3].max() / 4000))
 
 
-def test_predict_gp_needs_the_training_hyperparameters(gp_data):
+def test_predict_gp_uses_the_training_hyperparameters(gp_data):
     X, y = gp_data
 
     def gp_scaled(X, y=None, variance=1.0):
@@ -423,9 +423,11 @@ def test_predict_gp_needs_the_training_hyperparameters(gp_data):
 
     # 4000 draws (was 50), as test_predict_gp_conditions_on_the_training_latent: its programs are reused
     post = ep(gp_scaled, X, y, variance=2.0, num_samples=4000, **QUIET)
-    with pytest.raises(ValueError, match="same hyperparameters"):
-        post.predict(X[:3])
-    assert post.predict(X[:3], variance=2.0)["f"].shape[-1] == 3
+    # left out, the fit's variance=2.0 is passed again (session 63; before, the call was refused)
+    left_out = post.predict(X[:3], seed=1)["f"].values
+    np.testing.assert_array_equal(left_out, post.predict(X[:3], variance=2.0, seed=1)["f"].values)
+    with pytest.raises(ValueError, match="same hyperparameters"):  # another one given is refused
+        post.predict(X[:3], variance=1.0)
 
 
 def test_runs_under_float32(probit_data):

@@ -96,6 +96,64 @@ def test_a_second_predict_at_new_inputs_of_the_same_shape_compiles_nothing(posts
     assert np.all(np.abs(y_pred.mean(axis=(0, 1)) - X_new @ post.mean("w")) < 5 * se)
 
 
+def _predictive_sd(X, y, X_new, noise):
+    exact = probmodels.conjugate.linear_regression_posterior(X, y, noise_scale=noise)
+    return np.sqrt(np.einsum("ij,jk,ik->i", X_new, exact.cov, X_new) + noise**2)
+
+
+@pytest.mark.parametrize("engine", ["mcmc", "vi", "laplace", "ep"])
+def test_predict_passes_the_fits_options_again(posts, data, engine):
+    """Found in session 63: ``post.predict(X_new)`` (README's quickstart form) after a fit with
+    ``noise_scale=0.5`` ran the model at its default, unknown noise, drawing the precision from its
+    prior: predictive sds 2.7-6.5x the closed form, no warning, every engine. The fit's options now
+    carry over (the same draws as passing them again) and the sds are the closed form's."""
+    X, y = data
+    post = posts[engine]
+    X_new = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    left_out = post.predict(X_new, seed=4)["y"].values.reshape(-1, 3)
+    np.testing.assert_array_equal(left_out, post.predict(X_new, noise_scale=0.5, seed=4)["y"].values.reshape(-1, 3))
+    # >= 300 draws: an sd's Monte Carlo error is <= 0.041 of it; 0.15 is 3.6 of those
+    np.testing.assert_allclose(left_out.std(0), _predictive_sd(X, y, X_new, 0.5), rtol=0.15)
+
+
+def test_predict_passes_the_fits_options_again_float32(data):
+    import jax
+
+    X, y = data
+    X_new = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    with jax.enable_x64(False):
+        post = inference.laplace(probmodels.linear_regression, X, y, noise_scale=0.5, num_samples=300)
+        pred = post.predict(X_new, seed=4)["y"].values.reshape(-1, 3)
+    assert pred.dtype == np.float32
+    np.testing.assert_allclose(pred.std(0), _predictive_sd(X, y, X_new, 0.5), rtol=0.15)
+
+
+def test_predict_refuses_a_model_with_latent_sites_the_fit_did_not_have(posts):
+    # noise_scale=None given explicitly: the unknown-noise branch, whose precision was never fitted
+    with pytest.raises(ValueError, match="precision.*noise_scale"):
+        posts["laplace"].predict(np.zeros((3, 2)), noise_scale=None)
+
+
+def _scalar_observation(x, y=None, *, scale=1.0):
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, scale))
+    numpyro.sample("y", dist.Normal(mu * x, 1.0), obs=y)
+
+
+def test_an_observed_value_given_as_a_scalar_keyword_is_data_not_an_option():
+    """``y=0.5`` feeds the observed site (a Bayes net's evidence is given this way): carrying it
+    to predict would return the observation instead of replicated data; ``scale`` is an option."""
+    from inference._model import fit_options
+
+    post = inference.laplace(_scalar_observation, 2.0, y=0.5, scale=2.0, num_samples=400)
+    assert fit_options(post, (3.0,), {}) == {"scale": 2.0}
+    assert fit_options(post, (3.0,), {"scale": 1.0}) == {}
+    pred = post.predict(3.0)["y"].values
+    assert pred.std() > 0.9  # y | mu ~ N(3 mu, 1): sd >= 1, not the constant 0.5
+
+
 def test_predict_after_load_with_model(posts, tmp_path):
     post = posts["laplace"]
     post.save(tmp_path / "p.nc")
