@@ -4,7 +4,8 @@ or the environment variable ``INFERENCE_COMPILATION_CACHE=1`` (or ``=/some/dir``
 first engine call; ``probmodels demo`` and ``probmodels fit`` switch it on themselves
 (``INFERENCE_COMPILATION_CACHE=0`` keeps it off there too). A second process fitting the same
 model then reads its programs instead of compiling them. A cache directory the user already
-configured in JAX is left alone.
+configured in JAX is left alone. ``INFERENCE_EXPORTED=0`` keeps the executables but not the
+traced programs beside them (`inference.exported`).
 
 Every new data shape adds programs, so the directory would grow without bound (7 GB, 34,000 files
 after some months of this project's benchmarks). At most once a day, when a process that used the

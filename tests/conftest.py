@@ -33,6 +33,11 @@ def _run_cache():
 # runs at XLA's defaults, as users do; an XLA_FLAGS set by the caller replaces this one.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=1")
 os.environ.setdefault("INFERENCE_PROGRESS", "0")
+# The run's cache serves executables, but no traced program is kept beside them
+# (`inference.exported`, tested on its own in tests/inference/test_exported.py): a read-back program
+# compiles more slowly than the one just traced (NUTS 2.5 -> 3.0 s) and helps only a later process.
+# Five of the longest files, 2 workers (2026-12-06): 328 s with programs kept, 265 s without.
+os.environ.setdefault("INFERENCE_EXPORTED", "0")
 _run_cache()
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # as `make test` does
     os.environ.setdefault(_var, "1")

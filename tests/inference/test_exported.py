@@ -18,6 +18,12 @@ from inference import compiled, exported
 SCALE = 5.0
 
 
+@pytest.fixture(autouse=True)
+def _programs_kept(monkeypatch):
+    """The suite keeps no exported program (tests/conftest.py); this file tests keeping them."""
+    monkeypatch.setenv("INFERENCE_EXPORTED", "1")
+
+
 def _normal_mean(y):
     mu = numpyro.sample("mu", dist.Normal(0.0, SCALE))
     tau = numpyro.sample("tau", dist.HalfNormal(2.0))
