@@ -305,11 +305,14 @@ def to_chains(flat: dict, num_chains: int) -> dict[str, np.ndarray]:
 
 def fit_options(post, args, kwargs) -> dict:
     """The keyword arguments of the fit that a `Posterior.predict` call leaves out and that are the
-    model's options, not its data: not an array or list, and not feeding an observed site (the
-    fit's trace without it observes fewer sites; a Bayes net's evidence ``W=1`` is data). Without
-    them ``predict(X_new)`` ran the model at its defaults: a linear regression fitted with
+    model's options, to be passed again. One that feeds an observed site (the fit's trace without
+    it observes fewer sites: ``y=y``, a Bayes net's evidence ``W=1``) is data and is left out; a
+    scalar (0-d arrays too), tuple or object (a kernel, a distribution) is carried; an array or
+    list that feeds no observed site (ordinal cut points, HMM sequence lengths: an option or data
+    of the training inputs, which cannot be told apart) is refused with a ValueError naming it.
+    Without this ``predict(X_new)`` ran the model at its defaults: a linear regression fitted with
     ``noise_scale=0.7`` predicted with its unknown-noise branch and a prior draw of the precision
-    (predictive sds 2.7-6.5x the closed form)."""
+    (predictive sds 2.7-6.5x the closed form); ordinal regression with its default cut points."""
     import inspect
 
     fitted = dict(post.model_kwargs or {})
@@ -319,28 +322,36 @@ def fit_options(post, args, kwargs) -> dict:
         given = inspect.signature(post.model).bind_partial(*args, **kwargs).arguments
     except (TypeError, ValueError):  # not inspectable, or a call the model will refuse itself
         given = dict(kwargs)
-    options = {k: v for k, v in fitted.items() if k not in given and _is_option(v)}
-    if not options:
+    left_out = {k: v for k, v in fitted.items() if k not in given}
+    if not left_out:
         return {}
     observed = set(observed_sites(structure_trace(post.model, post.model_args, fitted)))
-    keep = {}
-    for k, v in options.items():
+    keep, arrays = {}, []
+    for k, v in left_out.items():
         try:
             without = structure_trace(post.model, post.model_args, {q: w for q, w in fitted.items() if q != k})
-        except Exception:  # noqa: BLE001 - the model needs it (a required option)
+        except Exception:  # noqa: BLE001 - the model needs it (a required argument)
+            without = None
+        if without is not None and set(observed_sites(without)) != observed:
+            continue  # data of an observed site
+        if _is_option(v):
             keep[k] = v
-            continue
-        if set(observed_sites(without)) == observed:
-            keep[k] = v
+        else:
+            arrays.append(k)
+    if arrays:
+        raise ValueError(
+            f"predict() leaves out {arrays}, given to the fit as arrays that feed no observed site (options "
+            f"such as cut points, or data of the training inputs): pass them again, or as None for the "
+            f"model's default")
     return keep
 
 
 def _is_option(v) -> bool:
-    """A scalar, a tuple (``noise_prior=(1.0, 1.0)``) or an object (a kernel, a distribution);
-    arrays and lists are data."""
+    """A scalar (a 0-d array too), a tuple (``noise_prior=(1.0, 1.0)``) or an object (a kernel, a
+    distribution); arrays and lists of one or more dimensions are not."""
     if isinstance(v, tuple):
         return True
-    if isinstance(v, (list, np.ndarray, jax.Array)):
+    if isinstance(v, list):
         return False
     try:
         return np.ndim(v) == 0

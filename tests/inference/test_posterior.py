@@ -134,6 +134,28 @@ def test_predict_refuses_a_model_with_latent_sites_the_fit_did_not_have(posts):
         posts["laplace"].predict(np.zeros((3, 2)), noise_scale=None)
 
 
+def test_a_0d_array_option_is_carried_and_an_array_option_left_out_is_refused():
+    """Found by a probe in session 63: ``noise_scale=np.array(0.5)`` counted as data and was
+    dropped (predictive sd ~1.1 instead of ~0.5), and ordinal regression's ``cutpoints=[...]``
+    likewise (its default cuts used, silently). A 0-d array is an option; an array left out that
+    feeds no observed site is refused, naming it."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    y = X @ np.array([1.0, -1.0]) + 0.5 * rng.normal(size=40)
+    X_new = np.zeros((3, 2))  # X w = 0: the predictive is the noise (and w's spread at 0: none)
+    for scale in (np.array(0.5), jnp.asarray(0.5)):
+        post = inference.laplace(probmodels.linear_regression, X, y, noise_scale=scale, num_samples=400)
+        assert abs(post.predict(X_new, seed=1)["y"].values.std() - 0.5) < 0.06  # 1200 draws: se 0.01
+    labels = np.digitize(X @ np.array([1.0, 0.5]) + rng.normal(size=40), [-1.5, 0.0, 0.5])
+    post = inference.laplace(probmodels.ordinal_regression, X, labels, num_categories=4, cutpoints=[-1.5, 0.0, 0.5],
+                             num_samples=100)
+    with pytest.raises(ValueError, match="cutpoints"):
+        post.predict(X_new)
+    assert post.predict(X_new, cutpoints=[-1.5, 0.0, 0.5])["y"].shape == (1, 100, 3)
+
+
 def _scalar_observation(x, y=None, *, scale=1.0):
     import numpyro
     import numpyro.distributions as dist
