@@ -325,7 +325,10 @@ def fit_options(post, args, kwargs) -> dict:
     left_out = {k: v for k, v in fitted.items() if k not in given}
     if not left_out:
         return {}
-    observed = set(observed_sites(structure_trace(post.model, post.model_args, fitted)))
+    try:
+        observed = set(observed_sites(structure_trace(post.model, post.model_args, fitted)))
+    except Exception:  # noqa: BLE001 - a loaded Posterior given its options but not its data
+        return {k: v for k, v in left_out.items() if _is_option(v)}
     keep, arrays = {}, []
     for k, v in left_out.items():
         try:

@@ -184,8 +184,10 @@ class Posterior:
         """Posterior predictive draws for new inputs ``*args, **kwargs`` (the model's own).
 
         The fit's keyword options that are left out (``noise_scale=0.7``, ``num_states=3``, a
-        kernel; not arrays, lists or observed values) are passed again as fitted; arguments given
-        here win. A call at which the model has latent sites the fitted one had not is refused.
+        kernel) are passed again as fitted, observed values are not, and an array or list left
+        out that feeds no observed site (cut points) is refused; arguments given here win. A call
+        at which the model has latent sites the fitted one had not is refused
+        (`inference._model.fit_options`).
         Returns the ``posterior_predictive`` group as a DataTree and adds it to :meth:`to_arviz`.
         """
         from inference import compiled

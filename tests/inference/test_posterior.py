@@ -182,6 +182,9 @@ def test_predict_after_load_with_model(posts, tmp_path):
     back = inference.load(tmp_path / "p.nc", model=probmodels.linear_regression)
     # 3 new inputs, the shape of the other predictions: their program, not one of its own
     assert back.predict(np.zeros((3, 2)), noise_scale=0.5)["y"].shape == (1, post.num_draws, 3)
+    # given the fit's options but not its data: the options are carried (X w = 0: noise sd 0.5)
+    back = inference.load(tmp_path / "p.nc", model=probmodels.linear_regression, model_kwargs={"noise_scale": 0.5})
+    assert abs(back.predict(np.zeros((3, 2)))["y"].values.std() - 0.5) < 0.06  # 900 draws: se 0.012
 
 
 @pytest.mark.parametrize("engine", ["mcmc", "vi", "laplace", "ep"])
