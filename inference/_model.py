@@ -367,7 +367,8 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     model = post.model
     trace = structure_trace(model, args, kwargs)  # names and shapes: an eager trace cost ~1.3 s
     latent = set(latent_sites(trace))
-    if post.model_args or post.model_kwargs:
+    drawn = post.flat_samples()
+    if (post.model_args or post.model_kwargs) and latent - set(drawn):  # sites the draws do not hold
         try:
             fit_trace = structure_trace(model, post.model_args, post.model_kwargs)
             fitted = set(latent_sites(fit_trace)) | set(observed_sites(fit_trace))
@@ -378,7 +379,7 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
                 f"cannot predict: at these arguments the model has latent sites the fitted model did not "
                 f"have ({sorted(latent - fitted)}), which would be drawn from their prior; pass predict() "
                 f"the model options of the fit (fitted with {sorted(post.model_kwargs)})")
-    flat = {k: v for k, v in post.flat_samples().items() if k in latent}
+    flat = {k: v for k, v in drawn.items() if k in latent}
     observed = list(post.observed_data) or [
         n for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"] and n not in flat
     ]

@@ -60,7 +60,7 @@ _NOT_KEPT = object()  # an empty file: this program cannot be exported
 _FLAT: list = []  # the in-process programs of each `flat` function (emptied by `clear`)
 
 
-def enabled() -> bool:
+def _enabled() -> bool:
     """Whether programs are kept: the persistent cache is on and ``INFERENCE_EXPORTED`` is not
     ``0``. Off, each process traces its programs and the cache still serves their executables:
     the test suite runs so (tests/conftest.py), as a first process compiles a read-back program
@@ -81,7 +81,7 @@ def path(tag: str, model, args: tuple, kwargs: dict, options: tuple, extra: tupl
     """The file for the program of engine step ``tag`` with ``options`` on this model and
     structure, called with the further arguments ``extra`` (their shapes enter the name), or
     ``None`` when it is not kept (cache off, or a name another process would not reproduce)."""
-    if not enabled():
+    if not _enabled():
         return None
     sp = compiled.split(args, kwargs)
     if sp.key is None or not compiled._simple(options):
@@ -121,7 +121,7 @@ def _file(what: tuple) -> str | None:
     import optax
 
     directory = compiled.cache_dir()
-    if not directory or not enabled():
+    if not directory or not _enabled():
         return None
     devices = jax.local_devices()
     text = repr(what + (jax.__version__, jaxlib.__version__, numpyro.__version__, optax.__version__,
