@@ -71,7 +71,10 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         damping: fraction of each site update taken, in (0, 1]; 1 is undamped. Lower it if EP
             oscillates or does not converge. Default (None): the parallel schedule runs undamped
             first and restarts with damping 0.5 if that run does not converge (same fixed point,
-            about half the sweeps where undamped EP converges); the sequential schedule uses 0.5;
+            about half the sweeps where undamped EP converges), then, if that fails too, runs the
+            sequential schedule (damping 0.5; ``diagnostics["schedule"]`` says which ran:
+            parallel EP can diverge where sequential EP converges, e.g. a logistic regression
+            with a broad prior); the sequential schedule uses 0.5;
             the Bayes machine and spike-and-slab EPs keep their own defaults (spike-and-slab
             probit with full covariance also starts undamped).
         tol: convergence threshold on the largest effect of a site update on its marginal
@@ -194,14 +197,15 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     _refuse_hyperparameters(model, args, kwargs, trace, seed)
     rec = _recognition_kept(model, args, kwargs, trace, seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
-    state, iterations, skipped, change, damping = _default_damping_run(rec.problem, schedule, damping, tol,
-                                                                       max_iter, progress)
+    state, iterations, skipped, change, damping, schedule = _default_damping_run(rec.problem, schedule, damping,
+                                                                                 tol, max_iter, progress)
     converged = bool(change <= tol)
     if not converged:
+        other = ", or schedule='sequential'" if schedule == "parallel" else ""
         warnings.warn(
-            f"EP did not converge in {iterations} sweeps (largest site change {float(change):.3g} > tol={tol:g}); "
-            f"try a smaller damping (e.g. damping={damping / 2:g}), a larger max_iter, or "
-            f"schedule='sequential'", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
+            f"EP did not converge in {iterations} sweeps ({schedule} schedule; largest site change "
+            f"{float(change):.3g} > tol={tol:g}); try a smaller damping (e.g. damping={damping / 2:g}), "
+            f"a larger max_iter{other}", RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     if log_z is None:
@@ -290,7 +294,8 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
                  prior=None, recognised=None, sites=None) -> GaussianFit:
     """EP's Gaussian approximation of the latent vector only, without draws or a `Posterior`, for
     methods built on EP (distributed EP) that call it many times on the same structure (one
-    compilation). ``damping=None`` is `inference.ep`'s default (undamped, then 0.5 if that fails).
+    compilation). ``damping=None`` is `inference.ep`'s default (undamped, then 0.5 if that fails,
+    then the sequential schedule).
 
     ``prior=(m0, S0)`` replaces the latent's Gaussian prior, and ``recognised`` (the recognition
     a previous call returned, of the same model and data) skips reading the model again: the
@@ -311,7 +316,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
     if sites is not None:
         start, ok = _state_at(rec.problem, *sites)
         start = start if bool(ok) else None
-    state, iterations, _, change, _ = _default_damping_run(rec.problem, schedule, damping, tol, max_iter, False, start)
+    state, iterations, _, change, *_ = _default_damping_run(rec.problem, schedule, damping, tol, max_iter, False, start)
     log_z, ok = _evidence(rec.problem, state)
     log_z = float(log_z) + rec.const_log_lik if bool(ok) else None
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
@@ -394,19 +399,31 @@ UNDAMPED_MAX_ITER = 50  # default damping: sweeps allowed undamped before the da
 
 
 def _default_damping_run(problem, schedule, damping, tol, max_iter, progress, start=None):
-    """``_iterate`` plus the damping used. With ``damping=None`` EP first runs undamped (about
-    half the sweeps of damping 0.5 where it converges: 11 vs 28 on a probit GP classifier,
-    n = 500, same fixed point to 2e-6) and, if that run has not converged within
+    """``_iterate`` plus the damping and schedule used. With ``damping=None`` EP first runs
+    undamped (about half the sweeps of damping 0.5 where it converges: 11 vs 28 on a probit GP
+    classifier, n = 500, same fixed point to 2e-6) and, if that run has not converged within
     `UNDAMPED_MAX_ITER` sweeps or left non-finite sites, restarts damped (0.5) from the same
-    start (``start``, an `EPState`, or the initial sites)."""
+    start (``start``, an `EPState`, or the initial sites). If the damped parallel run does not
+    converge either, the sequential schedule (damping 0.5) runs from that start: parallel EP
+    can diverge where sequential EP converges (a logistic regression with a broad prior, n = 200,
+    prior sd 30: damped parallel sweeps grew the cavities until no step gave a valid Gaussian;
+    sequential converged in 21 sweeps to the fixed point parallel EP reaches at damping 0.1)."""
     if damping is not None:
-        return (*_iterate(problem, schedule, damping, tol, max_iter, progress, start), damping)
+        return (*_iterate(problem, schedule, damping, tol, max_iter, progress, start), damping, schedule)
     if schedule == "parallel":
         out = _iterate(problem, schedule, 1.0, tol, min(max_iter, UNDAMPED_MAX_ITER), progress, start)
-        state, change = out[0], float(out[3])
-        if change <= tol and np.all(np.isfinite(np.asarray(state.tau))) and np.all(np.isfinite(np.asarray(state.nu))):
-            return (*out, 1.0)
-    return (*_iterate(problem, schedule, 0.5, tol, max_iter, progress, start), 0.5)
+        if _finished(out, tol):
+            return (*out, 1.0, schedule)
+        out = _iterate(problem, schedule, 0.5, tol, max_iter, progress, start)
+        if _finished(out, tol):
+            return (*out, 0.5, schedule)
+    return (*_iterate(problem, "sequential", 0.5, tol, max_iter, progress, start), 0.5, "sequential")
+
+
+def _finished(out, tol) -> bool:
+    """Whether an `_iterate` run converged with finite sites."""
+    state, change = out[0], float(out[3])
+    return change <= tol and bool(np.all(np.isfinite(np.asarray(state.tau))) and np.all(np.isfinite(np.asarray(state.nu))))
 
 
 def _iterate(problem, schedule, damping, tol, max_iter, progress, start=None):

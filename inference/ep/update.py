@@ -213,16 +213,19 @@ def _run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipp
     dt = state.tau.dtype
 
     def cond(c):
-        _, it, _, ch = c
-        return (it < stop) & (ch > tol)
+        _, it, _, ch, failed = c
+        return (it < stop) & (ch > tol) & ~failed
 
     def body(c):
-        st, it, sk, _ = c
+        st, it, sk, _, _ = c
         st, info = update(problem, st, damping, schedule)
-        return st, it + 1, sk + info.num_skipped.astype(jnp.int32), info.max_site_change
+        # a sweep with no valid global Gaussian leaves the state as it was (change inf): the next
+        # would repeat it exactly, so the run stops there instead of spending its sweeps on it
+        return st, it + 1, sk + info.num_skipped.astype(jnp.int32), info.max_site_change, info.step == 0
 
-    carry = (state, jnp.asarray(start, jnp.int32), jnp.asarray(skipped, jnp.int32), jnp.asarray(change, dt))
-    return lax.while_loop(cond, body, carry)
+    carry = (state, jnp.asarray(start, jnp.int32), jnp.asarray(skipped, jnp.int32), jnp.asarray(change, dt),
+             jnp.asarray(False))
+    return lax.while_loop(cond, body, carry)[:4]
 
 
 _run_jit = jax.jit(_run, static_argnames=("schedule",))
@@ -247,7 +250,8 @@ def sweeps(schedule):
 
 
 def run(problem, state, damping, tol, stop, schedule="parallel", start=0, skipped=0, change=float("inf")):
-    """Sweep until the largest site change is at most ``tol`` or the sweep count reaches ``stop``.
+    """Sweep until the largest site change is at most ``tol``, the sweep count reaches ``stop``,
+    or a sweep finds no valid global Gaussian at any step (its change is inf; it would repeat).
 
     Returns ``(state, iterations, total_skipped, last_change)``; continue an interrupted run by
     passing those back as ``start``, ``skipped`` and ``change`` (the driver does, to show
