@@ -441,6 +441,8 @@ def _iterate(problem, schedule, damping, tol, max_iter, progress, start=None):
                                                                                   skipped, change))
             bar.update(int(it_new) - it, change=f"{float(change):.2e}")
             it, change = int(it_new), float(change)
+            if not np.isfinite(change):  # a sweep found no valid Gaussian: the next would repeat it
+                break
     return state, it, skipped, change
 
 
