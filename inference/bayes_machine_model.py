@@ -9,8 +9,9 @@ What is recognised (by distribution types and values in the trace, never by the 
 - its ``eps`` is either the value of a scalar ``Beta(a0, b0)`` latent site (the noise rate is
   learnt) or a constant (fixed noise, e.g. 0: the "eps=0 machine").
 
-Any other latent or observed site is an error naming it. The prior at new inputs (prediction) is
-read by `inference.conditional.latent_at_new_inputs`.
+Any other latent or observed site is an error naming it. Prediction at new inputs (`predictor`,
+every engine's ``post.predict``) conditions the GP on each posterior draw, the prior at new
+inputs read by `inference.conditional.latent_at_new_inputs`.
 
 Example:
     >>> import numpy as np
@@ -29,8 +30,9 @@ import numpy as np
 import numpyro.distributions as dist
 
 from inference import linalg
+from inference.conditional import chunks, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
-from inference.trace_reading import gaussian_prior, unwrap
+from inference.trace_reading import LatentBlock, gaussian_prior, unwrap
 
 JITTER_LADDER = (0.0, 1e-10, 1e-8, 1e-6, 1e-4)  # jitters tried on the GP prior K (relative to its mean diagonal)
 
@@ -113,3 +115,49 @@ def bayes_machine_parts(trace) -> BMParts:
                          f"inference.ep(..., hyper='map' | 'integrate') learns or integrates it by EP's evidence)")
     t = np.where(np.asarray(samples[obs]["value"]) > 0.5, 1.0, -1.0)
     return BMParts(f_site, obs, eps_site, K, m0, t, noise_prior, fixed_eps)
+
+
+def predictor(model, args, kwargs, parts: BMParts, samples: dict):
+    """``post.predict(X_new)`` of every Bayes-machine engine (EP, its sparse form, elliptical slice
+    sampling): for every draw of the training latents ``f`` in ``samples``, a draw of the latent at
+    the new inputs from the GP conditional ``N(m* + A (f - m0), K** - A Kn*)``, ``A = K*n K^-1``
+    (the joint prior read from the model by `inference.conditional.latent_at_new_inputs`; new
+    points in chunks of 512 rows, jointly within a chunk), then labels from NoisyStep with that
+    draw's eps. The predictive draws are paired with the posterior's: at a training input each
+    draw returns its own latent. (EP's predictor drew each new point from its marginal predictive,
+    independent of the draws and of the other new points.) In NumPy and float64 (eager JAX would
+    compile every operation anew for each shape of new inputs), the prior's factor computed at the
+    first call."""
+    import jax
+
+    block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
+    factor = {}
+
+    def predict(rng_key, *new_args, **new_kwargs):
+        if "L" not in factor:
+            factor["L"] = linalg.cholesky_jitter(np.asarray(parts.K, float), "prior covariance",
+                                                 ladder=JITTER_LADDER, dtype=np.float64)[0]
+        m = num_new(new_args, new_kwargs)
+        f = np.asarray(samples[parts.latent])
+        num_chains, num_draws = f.shape[:2]
+        g = f.reshape(num_chains * num_draws, -1) - parts.prior_mean  # (s, n)
+        rng = np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
+        out = []
+        for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
+            K_cross, K_new, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
+                                                         c_args, c_kwargs)
+            A, cov = linalg.conditional(factor["L"], K_cross, K_new)
+            L_new, _ = linalg.cholesky_jitter(cov, "conditional prior covariance at the new inputs")
+            out.append(np.asarray(m_new) + g @ A.T + rng.standard_normal((g.shape[0], A.shape[0])) @ L_new.T)
+        f_new = np.concatenate(out, axis=1)
+        if parts.learn_noise:
+            eps = np.asarray(samples[parts.eps_site]).reshape(-1, 1)
+        else:
+            eps = np.full((f_new.shape[0], 1), parts.fixed_eps)
+        flip = rng.uniform(size=f_new.shape) < eps
+        y_new = ((f_new > 0) != flip).astype(np.int32)
+        shape = (num_chains, num_draws, m)
+        dtype = f.dtype
+        return {parts.observed: y_new.reshape(shape), parts.latent: f_new.reshape(shape).astype(dtype)}
+
+    return predict

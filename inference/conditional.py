@@ -157,14 +157,14 @@ def extend_draws(model, train_args, train_kwargs, blocks, m0, S0, u_draws, chang
 
 
 def latent_at_new_inputs(model, train_args, train_kwargs, block, m0, K, args, kwargs):
-    """``(K_cross (m, n), k_diag (m,), prior mean (m,))`` of one latent vector site ``block`` at
+    """``(K_cross (m, n), K_new (m, m), prior mean (m,))`` of one latent vector site ``block`` at
     new inputs, from the stacked prior (training keyword arguments that are not data are kept)."""
     new_block = {b.name: b for b in latent_blocks(abstract_trace(model, args, kwargs), {block.name})}
     if block.name not in new_block:
         raise ValueError(f"predict: the model run on the new inputs has no site {block.name!r}")
     m0j, S0j, t, s = stacked_prior(model, train_args, train_kwargs, [block], m0, K, [block],
                                    {block.name: new_block[block.name].shape}, args, kwargs, keep_kwargs=True)
-    return S0j[np.ix_(s, t)], np.diag(S0j)[s], m0j[s]
+    return S0j[np.ix_(s, t)], S0j[np.ix_(s, s)], m0j[s]
 
 
 def conditional_draws(model, train_args, train_kwargs, flat: dict, names: list[str], args, kwargs, rng_key) -> dict:

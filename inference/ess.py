@@ -29,13 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference import _model, linalg, random_draws
+from inference import _model, random_draws
 from inference import progress as progress_bar
 from inference import convergence as _convergence
 from inference.bayes_machine_model import bayes_machine_parts, jittered_cholesky
-from inference.conditional import chunks, latent_at_new_inputs, num_new
+from inference.bayes_machine_model import predictor as bm_predictor
 from inference.posterior import Posterior
-from inference.trace_reading import LatentBlock
 
 MAX_SHRINKS = 100
 
@@ -191,41 +190,7 @@ def mcmc_posterior(model, args, kwargs, trace, *, num_samples, num_warmup, num_c
     diagnostics = _convergence.mcmc({k: samples[k] for k in flat})  # no divergences: no gradients
     diagnostics["sampler"] = "elliptical-slice+gibbs" if parts.learn_noise else "elliptical-slice"
     diagnostics["thinning"] = thinning
-    predictor = _make_predictor(model, args, kwargs, parts, chol_K, samples)
+    predictor = bm_predictor(model, args, kwargs, parts, samples)
     return Posterior(engine="mcmc", samples=samples, log_likelihood=loglik, observed_data=observed,
                      sample_stats=sample_stats, diagnostics=diagnostics, model=model, model_args=args,
                      model_kwargs=kwargs, seed=seed, predictor=predictor)
-
-
-def _make_predictor(model, args, kwargs, parts, chol_K, samples):
-    """``post.predict(X_new)``: for every draw of the training latents, a draw of the latent at the
-    new inputs from the GP conditional ``N(m* + K*n K^-1 (f - m0), k** - diag(K*n K^-1 Kn*))``
-    (the joint prior read from the model by `inference.conditional.latent_at_new_inputs`), then labels from
-    NoisyStep with that draw's eps: ``y = step(f*)``, flipped with probability eps. Done in NumPy
-    (eager JAX would compile every operation anew for each shape of new inputs)."""
-    L = np.asarray(chol_K)
-    block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
-
-    def predictor(rng_key, *new_args, **new_kwargs):
-        m = num_new(new_args, new_kwargs)
-        f = np.asarray(samples[parts.latent])
-        num_chains, num_draws = f.shape[:2]
-        g = f.reshape(num_chains * num_draws, -1) - parts.prior_mean  # (s, n)
-        rng = np.random.default_rng(np.asarray(jax.random.key_data(rng_key)).ravel().tolist())
-        out = []
-        for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
-            K_cross, k_diag, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
-                                                          c_args, c_kwargs)
-            A, var = linalg.conditional(L, K_cross, k_diag)  # A = K*n K^-1
-            out.append(np.asarray(m_new) + g @ A.T + np.sqrt(var) * rng.standard_normal((g.shape[0], A.shape[0])))
-        f_new = np.concatenate(out, axis=1)
-        if parts.learn_noise:
-            eps = np.asarray(samples[parts.eps_site]).reshape(-1, 1)
-        else:
-            eps = np.full((f_new.shape[0], 1), parts.fixed_eps)
-        flip = rng.uniform(size=f_new.shape) < eps
-        y_new = ((f_new > 0) != flip).astype(np.int32)
-        shape = (num_chains, num_draws, m)
-        return {parts.observed: y_new.reshape(shape), parts.latent: f_new.reshape(shape)}
-
-    return predictor

@@ -17,7 +17,9 @@ on the training inputs stacked over the new ones (every array argument whose lea
 training length is concatenated with the new one given at the same position or keyword; array
 arguments not given anew, such as the labels, are dropped so they default to ``None``) and reads
 the joint prior covariance of the latent site. The training block must reproduce the training
-covariance, else a ValueError says so. New points go through in chunks of 512 rows.
+covariance, else a ValueError says so. New points go through in chunks of 512 rows. Each draw of
+the training latents is extended by a draw from the GP conditional (`inference.bayes_machine_model.predictor`,
+as under MCMC), so predictive draws are paired with the posterior's.
 
 Example:
     >>> import numpy as np, inference
@@ -40,12 +42,10 @@ from jax.scipy.linalg import solve_triangular
 
 from inference import _model, _options, convergence
 from inference.bayes_machine_model import BMParts, bayes_machine_parts, jittered_cholesky  # noqa: F401
-from inference.conditional import chunks, latent_at_new_inputs, num_new
-from inference.distributions import NoisyStep
+from inference.bayes_machine_model import predictor as bm_predictor
 from inference.ep import bayes_machine as bm
 from inference.ep.sparse_bm import fit_sparse
 from inference.posterior import Posterior
-from inference.trace_reading import LatentBlock
 
 
 @partial(jax.jit, static_argnames=("num_samples",))
@@ -149,7 +149,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
         approximation["cov"] = np.asarray(res.f_cov)
     else:
         approximation["active"] = np.asarray(sparse.active)
-    predictor = _make_predictor(model, args, kwargs, parts, res, sparse, samples)
+    predictor = bm_predictor(model, args, kwargs, parts, samples)
     return Posterior(engine="ep", samples=samples, log_likelihood=loglik, observed_data=observed,
                      sample_stats={"lp": np.asarray(lp)[None], "log_q": np.asarray(log_q)[None]},
                      log_evidence=log_evidence, evidence_method=method, diagnostics=diagnostics,
@@ -160,35 +160,3 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
 def _sparse_fit(parts, noise_prior, opts, active_set_size, num_passes):
     return fit_sparse(parts.K, parts.t, noise_prior, active_set_size=active_set_size,
                       num_passes=num_passes, **opts)
-
-
-# --------------------------------------------------------------------------- prediction
-
-
-def _make_predictor(model, args, kwargs, parts, res, sparse, samples):
-    active = None if sparse is None else np.asarray(sparse.active)
-    block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
-
-    def predictor(rng_key, *new_args, **new_kwargs):
-        m = num_new(new_args, new_kwargs)
-        means, variances = [], []
-        for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
-            K_cross, k_diag, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
-                                                          c_args, c_kwargs)
-            if active is not None:
-                K_cross = K_cross[:, active]
-            f_mean, f_var, _ = bm.predict(res, K_cross, k_diag, prior_mean=m_new)
-            means.append(np.asarray(f_mean))
-            variances.append(np.asarray(f_var))
-        f_mean, f_var = np.concatenate(means), np.concatenate(variances)
-        num_draws = samples[parts.latent].shape[1]
-        k_f, k_y = jax.random.split(rng_key)
-        f_new = f_mean + np.sqrt(f_var) * np.asarray(jax.random.normal(k_f, (num_draws, m)))
-        if parts.learn_noise:
-            eps = np.asarray(samples[parts.eps_site]).reshape(num_draws)[:, None]
-        else:
-            eps = np.full((num_draws, 1), parts.fixed_eps)
-        y_new = NoisyStep(jnp.asarray(f_new), jnp.asarray(eps)).sample(k_y)
-        return {parts.observed: np.asarray(y_new)[None], parts.latent: f_new[None]}
-
-    return predictor
