@@ -109,7 +109,9 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
             hyper=...)`` handles it. With ``hyper``, ``tol / 100`` bounds
             the predicted gain left at the mode and ``tol`` (floored at the working precision,
             as without ``hyper``) is the sweeps' tolerance at each evaluation; ``max_iter`` caps both the BFGS iterations and
-            each EP run's sweeps; ``schedule`` and ``damping`` are used as above; no progress
+            each EP run's sweeps; ``schedule`` and ``damping`` are used as above (with the default
+            damping, a parallel search whose evidence is not finite at its start runs again with
+            the sequential schedule); no progress
             bar is shown. The Bayes machine learns its kernel's hyperparameters by its own EP's
             evidence (the noise rate stays with EP; `inference.hyper.bm_fit`: the sites'
             implicit derivative is added, as its log Z is not stationary in them); so does the

@@ -376,7 +376,20 @@ def setup(model, args, kwargs, trace, *, schedule: str = "parallel", damping: fl
 def ep_hyper(model, args, kwargs, trace, hyper: str, *, schedule: str, damping: float | None, num_samples: int,
              max_iter: int, tol: float, seed: int):
     """The `Posterior` of ``inference.ep`` with ``hyper`` (see `inference.hyper`); ``trace`` is the
-    model's concrete trace."""
+    model's concrete trace. With the default damping, a parallel search whose evidence is not
+    finite at its start is run again with the sequential schedule, as the plain driver falls back
+    (`inference.ep.driver`): a logistic regression with a prior scale ~ LogNormal(log 100, 0.05),
+    n = 300, failed so in float32 (damped parallel EP diverges from the broad prior), where the
+    sequential search finds float64's mode (99.25) and log evidence (-171.321)."""
+    if damping is None and schedule == "parallel":
+        try:
+            return _ep_hyper(model, args, kwargs, trace, hyper, schedule, damping, num_samples, max_iter, tol, seed)
+        except FloatingPointError:
+            schedule = "sequential"
+    return _ep_hyper(model, args, kwargs, trace, hyper, schedule, damping, num_samples, max_iter, tol, seed)
+
+
+def _ep_hyper(model, args, kwargs, trace, hyper, schedule, damping, num_samples, max_iter, tol, seed):
     st = setup(model, args, kwargs, trace, schedule=schedule, damping=damping, tol=tol, max_iter=max_iter, seed=seed)
     return fit.run(model, args, kwargs, trace, st.hs, hyper, st.progs, st.data, st.warm0, st.phi0,
                    engine="ep", num_samples=num_samples, seed=seed, tol=1e-2 * tol, max_iter=max_iter,
