@@ -25,12 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
 from inference import linalg
-from inference.conditional import chunks, latent_at_new_inputs, num_new
+from inference.conditional import chunks, conditioned, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
 from inference.trace_reading import LatentBlock, gaussian_prior, unwrap
 
@@ -128,8 +129,6 @@ def predictor(model, args, kwargs, parts: BMParts, samples: dict):
     independent of the draws and of the other new points.) In NumPy and float64 (eager JAX would
     compile every operation anew for each shape of new inputs), the prior's factor computed at the
     first call."""
-    import jax
-
     block = LatentBlock(parts.latent, (len(parts.t),), 0, len(parts.t))
     factor = {}
 
@@ -146,9 +145,8 @@ def predictor(model, args, kwargs, parts: BMParts, samples: dict):
         for c_args, c_kwargs in chunks(new_args, new_kwargs, m):
             K_cross, K_new, m_new = latent_at_new_inputs(model, args, kwargs, block, parts.prior_mean, parts.K,
                                                          c_args, c_kwargs)
-            A, cov = linalg.conditional(factor["L"], K_cross, K_new)
-            L_new, _ = linalg.cholesky_jitter(cov, "conditional prior covariance at the new inputs")
-            out.append(np.asarray(m_new) + g @ A.T + rng.standard_normal((g.shape[0], A.shape[0])) @ L_new.T)
+            eps = rng.standard_normal((g.shape[0], len(m_new)))
+            out.append(conditioned(factor["L"], K_cross, K_new, np.asarray(m_new), g, eps))
         f_new = np.concatenate(out, axis=1)
         if parts.learn_noise:
             eps = np.asarray(samples[parts.eps_site]).reshape(-1, 1)
@@ -157,7 +155,6 @@ def predictor(model, args, kwargs, parts: BMParts, samples: dict):
         flip = rng.uniform(size=f_new.shape) < eps
         y_new = ((f_new > 0) != flip).astype(np.int32)
         shape = (num_chains, num_draws, m)
-        dtype = f.dtype
-        return {parts.observed: y_new.reshape(shape), parts.latent: f_new.reshape(shape).astype(dtype)}
+        return {parts.observed: y_new.reshape(shape), parts.latent: f_new.reshape(shape).astype(f.dtype)}
 
     return predict

@@ -136,6 +136,16 @@ def stacked_prior(model, train_args, train_kwargs, blocks, m0, S0, changed, new_
     return m0j, S0j, t, s
 
 
+def conditioned(L, K_cross, K_new, m_new, centred, eps):
+    """Draws at new inputs, one per row of ``centred`` (training draws minus their prior mean),
+    from the Gaussian prior conditioned on that row: ``m_new + centred A' + eps Lc'`` with
+    ``A = K*n K^-1`` (``K = L L'``) and ``Lc Lc'`` the conditional covariance ``K** - A Kn*``;
+    ``eps`` standard normal (rows x new points). NumPy."""
+    A, cov = linalg.conditional(L, K_cross, K_new)
+    Lc, _ = linalg.cholesky_jitter(cov, "conditional prior covariance at the new inputs")
+    return m_new + centred @ A.T + eps @ Lc.T
+
+
 def extend_draws(model, train_args, train_kwargs, blocks, m0, S0, u_draws, changed, new_blocks, args, kwargs,
                  rng_key) -> dict:
     """Draws at the new inputs of the latent blocks in ``changed``, one per row of ``u_draws`` (the
@@ -144,10 +154,8 @@ def extend_draws(model, train_args, train_kwargs, blocks, m0, S0, u_draws, chang
     m0j, S0j, t, s = stacked_prior(model, train_args, train_kwargs, blocks, m0, S0, changed, new_shapes,
                                    args, kwargs)
     L, _ = linalg.cholesky_jitter(S0j[np.ix_(t, t)], "training prior covariance")
-    A, cond_cov = linalg.conditional(L, S0j[np.ix_(s, t)], S0j[np.ix_(s, s)])
-    Lc, _ = linalg.cholesky_jitter(cond_cov, "conditional prior covariance at the new inputs")
     eps = np.asarray(jax.random.normal(rng_key, (u_draws.shape[0], s.size), dtype=jnp.result_type(float)))
-    new_u = m0j[s] + (u_draws - m0) @ A.T + eps @ Lc.T
+    new_u = conditioned(L, S0j[np.ix_(s, t)], S0j[np.ix_(s, s)], m0j[s], u_draws - m0, eps)
     out, start = {}, 0
     for name, shape in new_shapes.items():
         size = int(np.prod(shape))
