@@ -310,7 +310,8 @@ def hmm(obs=None, num_states=2, *, emission="gaussian", lengths=None, num_steps=
 
     Args:
         obs: (T,) one sequence or (B, T) padded batch (``lengths`` (B,)); None to simulate
-            ``num_steps`` steps (prior / posterior predictive).
+            ``num_steps`` steps (prior / posterior predictive). A (B, 1) batch without
+            ``lengths`` is refused (scikit-learn's one sequence (T, 1) would be T one-step ones).
         num_states: K >= 1.
         emission: ``"gaussian"`` (univariate), ``"poisson"`` (counts) or ``"categorical"``
             (integers in [0, ``num_categories``), default max(obs) + 1).

@@ -139,6 +139,13 @@ def check_obs(obs, emission: str, lengths=None, num_categories=None):
     if arr.ndim not in (1, 2) or arr.shape[-1] < 1:
         raise ValueError(f"obs must have shape (T,) or (B, T) with T >= 1, got {arr.shape}")
     batched = arr.ndim == 2
+    if batched and arr.shape[1] == 1 and arr.shape[0] > 1 and lengths is None:
+        # scikit-learn / hmmlearn write one sequence as (T, 1); here that shape is T sequences of
+        # one step each (no transitions at all): refused unless lengths says it is meant
+        raise ValueError(
+            f"obs has shape {arr.shape}: read as {arr.shape[0]} sequences of one step each. Pass one "
+            f"sequence as shape (T,) (e.g. obs[:, 0]); for a batch of one-step sequences give "
+            f"lengths=np.ones({arr.shape[0]}, int)")
     arr2 = arr if batched else arr[None]
     if lengths is not None and not batched and np.ndim(lengths) != 0:
         raise ValueError(f"lengths must be a scalar for one sequence, got shape {np.shape(lengths)}")

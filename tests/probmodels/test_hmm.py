@@ -407,6 +407,8 @@ X = np.array([0.1, 0.5, -0.3, 1.2])
     ((X,), dict(num_steps=5), "num_steps applies only", ValueError),
     ((np.zeros((2, 2, 2)),), {}, "obs must have shape", ValueError),
     ((np.zeros((2, 3)),), dict(lengths=np.array([1, 4])), r"lengths must lie in \[1, T=3\]", ValueError),
+    # hmmlearn's one sequence (T, 1) is T one-step sequences here: refused unless lengths says so
+    ((X[:, None],), {}, r"obs has shape \(4, 1\): read as 4 sequences of one step", ValueError),
     ((X,), dict(loc_prior=(0.0, -1.0)), "loc_prior must be", ValueError),
     ((X,), dict(scale_prior=(0.0, 1.0)), "scale_prior must be", ValueError),
     ((np.array([1, 2, 3]),), dict(emission="poisson", rate_prior=(1.0,)), "rate_prior must be", ValueError),
@@ -416,3 +418,13 @@ X = np.array([0.1, 0.5, -0.3, 1.2])
 def test_bad_input(args, kwargs, match, error):
     with pytest.raises(error, match=match):
         trace(*args, **kwargs)
+
+
+def test_one_step_sequences_are_accepted_when_lengths_says_so():
+    """A (B, 1) batch with its lengths given is B one-step sequences, as asked: the same log
+    density as B independent draws of the mixture the initial distribution makes."""
+    init, locs = np.array([0.3, 0.7]), np.array([-1.0, 2.0])
+    params = {"init": init, "trans": np.array([[0.9, 0.1], [0.2, 0.8]]), "locs": locs, "scales": np.ones(2)}
+    tr = handlers.trace(handlers.substitute(hmm, params)).get_trace(X[:, None], lengths=np.ones(4, int))
+    mixture = logsumexp(np.log(init) + stats.norm.logpdf(X[:, None], locs, 1.0), axis=1)
+    np.testing.assert_allclose(float(tr["obs"]["fn"].log_prob(tr["obs"]["value"]).sum()), mixture.sum(), rtol=1e-10)
