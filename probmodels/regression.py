@@ -159,6 +159,11 @@ def _ordinal_cutpoints(num_categories, cutpoints, y):
         arr = np.asarray(y)
         if arr.size == 0 or not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
             raise ValueError("y must hold integer categories 0, ..., K-1")
+        if np.min(arr) > 0:  # 1-based labels (R's convention) would leave category 0 empty below
+            raise ValueError(  # fixed cut points: a silently other posterior for w
+                f"y's lowest category is {np.min(arr):g}, not 0: categories are 0, ..., K-1 (for 1-based "
+                f"labels pass y - 1); to fit categories that were never observed, give num_categories= "
+                f"or cutpoints=")
         num_categories = max(int(np.max(arr)) + 1, 2)
     return default_cutpoints(_checks.positive_int(num_categories, "num_categories", 2))
 

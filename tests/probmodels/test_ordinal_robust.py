@@ -17,6 +17,7 @@ import warnings
 
 import jax
 import numpy as np
+import numpyro
 import pytest
 
 import inference
@@ -100,6 +101,13 @@ def test_ordinal_arguments_are_checked_before_tracing():
         probmodels.ordinal_regression(X)
     with pytest.raises(ValueError, match="num_categories=3 but cutpoints has 3 entries"):
         probmodels.ordinal_regression(X, y, num_categories=3, cutpoints=[-1.0, 0.0, 1.0])
+    # 1-based labels with K read off y left category 0 empty: w 0.64, -0.41 instead of 1.62, -1.07
+    # (Laplace, n = 200), reported converged; refused, and accepted where K is declared
+    assert y.min() == 0
+    with pytest.raises(ValueError, match="y's lowest category is 1, not 0"):
+        probmodels.ordinal_regression(X, y + 1)
+    with numpyro.handlers.seed(rng_seed=0):
+        probmodels.ordinal_regression(X, y + 1, num_categories=int(y.max()) + 2)
 
 
 def _gross_outliers():
