@@ -155,7 +155,8 @@ def _ordinal_cutpoints(num_categories, cutpoints, y):
         return jnp.asarray(cuts)
     if num_categories is None:
         if y is None or _checks.is_traced(y):
-            raise ValueError("ordinal_regression: give num_categories (or cutpoints) when y is not observed")
+            raise ValueError("ordinal_regression: give num_categories (or cutpoints) when y is not observed "
+                             "(after a fit that read K off y: post.predict(X_new, num_categories=K))")
         arr = np.asarray(y)
         if arr.size == 0 or not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)):
             raise ValueError("y must hold integer categories 0, ..., K-1")
