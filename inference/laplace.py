@@ -212,6 +212,7 @@ def laplace(
         "min_eigenvalue": float(evals[0]), "condition_number": float(evals[-1] / evals[0]),
         "saddle_escapes": escapes,
         "dimension": int(d),
+        "pareto_k": convergence.pareto_k(lp - log_q),  # q as an importance proposal (> 0.7: poor)
     }
     if mesh is not None:
         diagnostics.update(sharding.diagnostics(mesh))

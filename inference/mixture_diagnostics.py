@@ -35,10 +35,10 @@ import numpyro.distributions as dist
 from scipy.optimize import linear_sum_assignment
 from scipy.special import logsumexp
 
-from inference import _options
+from inference import _options, convergence
 
 TRUNCATION_TOL = 0.01
-PARETO_K_POOR = 0.7
+PARETO_K_POOR = convergence.PARETO_K_POOR
 
 
 # ----------------------------------------------------------------------------- assignments
@@ -339,24 +339,12 @@ def check_collapse(post, warn: bool = True, distances=None):
 
 # ----------------------------------------------------------------------------- for engines
 def pareto_k(post) -> float | None:
-    """Pareto k-hat of the importance weights lp - log_q of an approximate posterior (Yao et al.
-    2018): below 0.5 the approximation is good, above 0.7 it is poor; None for MCMC."""
+    """Pareto k-hat of the importance weights lp - log_q of an approximate posterior
+    (`inference.convergence.pareto_k`); None for MCMC."""
     stats = post.sample_stats
     if "lp" not in stats or "log_q" not in stats:
         return None
-    from arviz_stats.base.array import array_stats
-
-    log_w = (np.asarray(stats["lp"]) - np.asarray(stats["log_q"])).ravel()
-    if log_w.size < 50 or not np.all(np.isfinite(log_w)):
-        return None
-    if np.ptp(log_w) <= 1e-10 * max(1.0, np.abs(log_w).max()):
-        return 0.0  # q proportional to the posterior: no tail at all
-    try:
-        # arviz-stats' psislw takes the log likelihood of LOO and negates it: pass -log w.
-        _, khat = array_stats.psislw(-(log_w - log_w.max()))
-    except ValueError:  # a degenerate tail (e.g. all tail values equal)
-        return None
-    return float(khat)
+    return convergence.pareto_k(np.asarray(stats["lp"]) - np.asarray(stats["log_q"]))
 
 
 def summarise(post, truncation_tol: float = TRUNCATION_TOL, warn: bool = True) -> dict:

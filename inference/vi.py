@@ -312,6 +312,8 @@ def vi(
         "converged": convergence.vi(converged, elbo, stationarity), "elbo": elbo,
         "elbo_trace": trace_elbo[:: max(1, len(trace_elbo) // 2000)],
         "steps": done, "guide": guide_name, "importance_log_evidence": is_log_ev,
+        # how far q is from the posterior as an importance proposal (> 0.7: sds, tails may be off)
+        "pareto_k": convergence.pareto_k(log_w),
         "whitened": list(white),  # sites whose guide parameters (approximation) are in z = L^-1 (f - loc)
     }
     if stationarity is not None:

@@ -230,6 +230,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         "space": rec.problem.space,
         "site_kinds": dict(rec.site_kinds),
         "sampling_jitter": draws.jitter,
+        "pareto_k": convergence.pareto_k(draws.lp - draws.log_q),  # q as an importance proposal (> 0.7: poor)
         **_kernel_jitter(trace),
     }
     approximation = {
