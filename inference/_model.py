@@ -15,7 +15,7 @@ from numpyro.infer import Predictive, init_to_uniform
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
 from inference import compiled
-from inference.conditional import changed_latents, conditional_draws
+from inference.conditional import changed_latents, check_trailing_shapes, conditional_draws
 from inference.latent import recovering, site_init  # noqa: F401 - engines call _model.site_init
 from inference.trace_reading import latent_sites, observed_sites  # noqa: F401 - engines call _model.latent_sites
 
@@ -385,6 +385,7 @@ def predictive_draws(post, rng_key, *args, **kwargs) -> dict[str, np.ndarray]:
     ]
     changed = changed_latents(flat, trace)  # a GP's f at new inputs: conditioned, not substituted
     if changed:
+        check_trailing_shapes(model, post.model_args, post.model_kwargs, args, kwargs, changed)
         flat.update(conditional_draws(model, post.model_args, post.model_kwargs, flat, changed, args, kwargs,
                                       jax.random.fold_in(rng_key, 7)))
     # one program per model structure, the draws and new inputs as arguments (NumPyro's eager

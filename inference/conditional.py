@@ -27,6 +27,8 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +56,25 @@ def _stack(train, new, n):
         if new_arr.ndim == 1 and np.shape(train)[1:] == (1,):  # one input column given as a vector
             return np.concatenate([np.asarray(train), new_arr[:, None]]), True
     return new, False
+
+
+def check_trailing_shapes(model, train_args, train_kwargs, args, kwargs, changed) -> None:
+    """Latent sites that change shape with the inputs (a GP's f; or regression weights, when the
+    new X has other columns) need new rows shaped as the fit's: an input of the fit's rank with
+    another trailing shape is named (not a GP's "cannot be extended")."""
+    try:
+        names = list(inspect.signature(model).parameters)
+    except (TypeError, ValueError):
+        names = []
+    pairs = [(names[i] if i < len(names) else f"argument {i}", t, a) for i, (t, a) in enumerate(zip(train_args, args))]
+    pairs += [(k, train_kwargs[k], v) for k, v in kwargs.items() if k in train_kwargs]
+    arrays = (np.ndarray, jax.Array, list)
+    for name, t, a in pairs:
+        if isinstance(t, arrays) and isinstance(a, arrays) and len(np.shape(t)) == len(np.shape(a)) >= 2 \
+                and np.shape(t)[1:] != np.shape(a)[1:]:
+            raise ValueError(
+                f"predict: {name} has shape {np.shape(a)} but the fit's {name} had {np.shape(t)}: new rows need "
+                f"the fit's trailing shape {np.shape(t)[1:]} (latent sites {sorted(changed)} would change shape)")
 
 
 def stack_inputs(train_args, train_kwargs, new_args, new_kwargs, n, keep_kwargs: bool = False):

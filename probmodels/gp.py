@@ -4,7 +4,7 @@ Each puts a GP prior on the latent values at the training inputs,
 ``f ~ MultivariateNormal(0, K + jitter I)`` with ``K = kernel(X, X)`` (default ``RBF()``) and the
 smallest jitter that makes ``K`` numerically positive definite (`probmodels.kernels.gram`; at least
 ``1e-6`` x mean diagonal in float64). Labels are accepted as {0, 1}, {-1, +1} or bool and observed
-internally as {0, 1}.
+(and predicted, `Posterior.predict`) as {0, 1}.
 
 - ``gp_regression``: ``y_i ~ Normal(f_i, noise^2)``; closed-form posterior and evidence in
   `probmodels.conjugate.gp_regression_posterior`. Sites ``f``, ``y``.

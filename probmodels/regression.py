@@ -72,7 +72,7 @@ def linear_regression(X, y=None, *, prior_scale=1.0, noise_scale=None, noise_pri
 
 def logistic_regression(X, y=None, *, prior_scale=1.0):
     """Bayesian logistic regression: ``w ~ N(0, prior_scale^2 I)``, ``y ~ Bernoulli(sigmoid(X w))``.
-    Labels {0, 1}, {-1, +1} or bool.
+    Labels {0, 1}, {-1, +1} or bool; site ``y`` and its predictions hold them as {0, 1}.
 
     Example:
         >>> import numpy as np, inference, probmodels
@@ -91,7 +91,7 @@ def logistic_regression(X, y=None, *, prior_scale=1.0):
 
 def probit_regression(X, y=None, *, prior_scale=1.0):
     """Bayesian probit regression: ``w ~ N(0, prior_scale^2 I)``, ``y ~ Bernoulli(Phi(X w))``.
-    Labels {0, 1}, {-1, +1} or bool.
+    Labels {0, 1}, {-1, +1} or bool; site ``y`` and its predictions hold them as {0, 1}.
 
     Example:
         >>> import numpy as np, inference, probmodels

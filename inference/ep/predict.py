@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from inference import compiled, linalg
 from inference._model import to_chains
-from inference.conditional import extend_draws
+from inference.conditional import check_trailing_shapes, extend_draws
 from inference.trace_reading import abstract_trace, latent_blocks
 
 
@@ -48,6 +48,7 @@ def make_predictor(model, train_args, train_kwargs, rec, u_draws, observed_names
         latents = {b.name: u_draws[:, b.offset:b.offset + b.size].reshape((-1,) + b.shape)
                    for b in blocks if b not in changed}
         if changed:
+            check_trailing_shapes(model, train_args, train_kwargs, args, kwargs, [b.name for b in changed])
             latents.update(extend_draws(model, train_args, train_kwargs, rec.blocks, rec.m0, rec.S0, u_draws,
                                         changed, new_blocks, args, kwargs, jax.random.fold_in(rng_key, 7)))
         sites = list(observed_names) + [b.name for b in changed]

@@ -134,6 +134,14 @@ def test_predict_refuses_a_model_with_latent_sites_the_fit_did_not_have(posts):
         posts["laplace"].predict(np.zeros((3, 2)), noise_scale=None)
 
 
+@pytest.mark.parametrize("engine", ["laplace", "ep"])  # the generic predictive and EP's own predictor
+def test_predict_names_new_inputs_with_other_columns(posts, engine):
+    """Before: "no argument of predict() looks like new rows ... the GP latent cannot be extended"
+    (EP) or the same from the generic path, for a linear regression given 3 columns after 2."""
+    with pytest.raises(ValueError, match=r"predict: X has shape \(3, 3\) but the fit's X had \(60, 2\)"):
+        posts[engine].predict(np.zeros((3, 3)))
+
+
 def test_a_0d_array_option_is_carried_and_an_array_option_left_out_is_refused():
     """Found by a probe in session 63: ``noise_scale=np.array(0.5)`` counted as data and was
     dropped (predictive sd ~1.1 instead of ~0.5), and ordinal regression's ``cutpoints=[...]``
