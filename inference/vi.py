@@ -93,6 +93,10 @@ def vi(
     ``learning_rate``, ``check_every``; spike-and-slab: ``guide="normal"``); any other given a
     value other than its default raises ValueError naming it.
 
+    Autoguide SVI runs at most ``steps`` steps, in whole chunks of ``check_every`` (the ELBO is
+    compared chunk to chunk; a ``steps`` below ``check_every`` is one chunk of ``steps``);
+    ``diagnostics["steps"]`` is the number run.
+
     ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite, and
     q at the ELBO's optimum (the named autoguides; the flow's from its draws): ``diagnostics["stationarity"]`` holds the
     largest scale ratio (q's scale over the one its curvature asks for), the largest Newton step of
@@ -160,6 +164,9 @@ def vi(
             f"site {discrete[0]!r} is a discrete latent: autoguides need continuous latents; "
             "marginalise it in the model (see inference.latent.recovered) or use inference.mcmc"
         )
+    # at most `steps` ELBO steps, in whole chunks of check_every (a cap below it is one chunk):
+    # the cap was rounded up to a chunk before (steps=10 ran 500 steps)
+    check_every = min(check_every, steps)
     # Sharded data cross the jit boundary as arguments (GSPMD splits the likelihood by rows);
     # without sharding they stay closed-over constants, as before.
     data = None if mesh is None else sharding.prepare(model, args, kwargs, trace, mesh)
@@ -251,8 +258,8 @@ def vi(
     def optimum_check(raw_params):
         return _stationarity(*progs.stationarity(raw_params, jax.random.fold_in(key, 11 + done), data))
 
-    bar = _progress_bar(progress, steps)
-    while done < steps:
+    bar = _progress_bar(progress, steps // check_every * check_every)
+    while done + check_every <= steps:
         state, chunk, average = progs.run_chunk(state, data)
         chunk = np.asarray(chunk)
         done += check_every
@@ -269,7 +276,7 @@ def vi(
             if not tunable or level == len(LR_LEVELS) - 1:
                 if checked:  # a plateau of the ELBO's noise, not its optimum: go on at the first step size
                     stationarity = optimum_check(average)
-                    if not stationarity["at_optimum"] and tunable and done < steps:
+                    if not stationarity["at_optimum"] and tunable and done + check_every <= steps:
                         level, prev, restarts = 0, None, restarts + 1
                         state = _set_learning_rate(state, learning_rate)
                         continue
@@ -283,7 +290,7 @@ def vi(
     if bar is not None:
         bar.close()
     if not converged:
-        warnings.warn(f"VI did not reach an ELBO plateau in {steps} steps: raise steps or learning_rate",
+        warnings.warn(f"VI did not reach an ELBO plateau in {done} steps: raise steps or learning_rate",
                       skip_file_prefixes=_options.INTERNAL)
     # at a plateau the last chunk's average; at the step cap (perhaps still moving) the last iterate
     raw = average if converged else _raw(state)

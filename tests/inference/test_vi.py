@@ -220,3 +220,17 @@ def test_pareto_k_tells_a_mean_field_gp_posterior_from_a_full_rank_one(x64):
     assert fits["normal"].diagnostics["pareto_k"] > 1.0
     assert np.all(np.abs(ratio["mvn"] - 1) < 0.15)
     assert fits["mvn"].diagnostics["pareto_k"] < 0.7
+
+
+def test_steps_is_a_cap_never_exceeded():
+    """``steps`` below ``check_every`` ran a whole chunk (steps=10: 500 steps) and a cap between
+    chunks was rounded up; now at most ``steps``, in whole chunks."""
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    y = np.linspace(-1.0, 2.0, 10)
+    for steps, check_every, run in ((10, 500, 10), (250, 100, 200)):
+        post = inference.vi(model, y, steps=steps, check_every=check_every, num_samples=20, progress=False)
+        assert post.diagnostics["steps"] == run
+        assert len(post.diagnostics["elbo_trace"]) == run
