@@ -31,7 +31,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from inference import linalg
-from inference.conditional import chunks, conditioned, latent_at_new_inputs, num_new
+from inference.conditional import check_trailing_shapes, chunks, conditioned, latent_at_new_inputs, num_new
 from inference.distributions import NoisyStep
 from inference.trace_reading import LatentBlock, gaussian_prior, unwrap
 
@@ -133,6 +133,7 @@ def predictor(model, args, kwargs, parts: BMParts, samples: dict):
     factor = {}
 
     def predict(rng_key, *new_args, **new_kwargs):
+        check_trailing_shapes(model, args, kwargs, new_args, new_kwargs, [parts.latent])
         if "L" not in factor:
             factor["L"] = linalg.cholesky_jitter(np.asarray(parts.K, float), "prior covariance",
                                                  ladder=JITTER_LADDER, dtype=np.float64)[0]

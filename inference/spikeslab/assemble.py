@@ -49,9 +49,13 @@ def build(engine, prob: Problem, model, args, kwargs, flat, num_chains, seed, *,
                      predictor=predictor, model=model, model_args=tuple(args), model_kwargs=dict(kwargs), seed=seed)
 
 
-def new_inputs(model, args, kwargs):
-    """Raw ``(X, b, c)`` of the likelihood at new inputs (undoing the unit-noise scaling)."""
+def new_inputs(model, args, kwargs, num_features: int):
+    """Raw ``(X, b, c)`` of the likelihood at new inputs (undoing the unit-noise scaling); new
+    inputs with other than the fit's ``num_features`` columns are refused, naming both."""
     prob = extract(model, args, kwargs, trace_model(model, args, kwargs))
+    if prob.X.shape[1] != num_features:
+        raise ValueError(f"predict: the new inputs have {prob.X.shape[1]} features (columns of X), the fit "
+                         f"had {num_features}")
     c = prob.noise_scale
     return prob, jnp.asarray(prob.X * c[:, None]), jnp.asarray(prob.offset * c), jnp.asarray(c)
 
@@ -62,7 +66,7 @@ def draw_predictor(model, prob: Problem, samples_fn):
     ``samples_fn()`` returns ``(w, precision)`` with leading ``(chain, draw)`` axes."""
 
     def predictor(rng_key, *args, **kwargs):
-        _, X, b, c = new_inputs(model, args, kwargs)
+        _, X, b, c = new_inputs(model, args, kwargs, prob.X.shape[1])
         w, tau = samples_fn()
         y, mean = _draw_predict(rng_key, jnp.asarray(w), jnp.asarray(tau), X, b, c, prob.likelihood == "probit")
         return {prob.y_site: np.asarray(y), f"{prob.y_site}_mean": np.asarray(mean)}

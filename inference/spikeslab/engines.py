@@ -197,7 +197,7 @@ def _ep_probit(prob, model, args, kwargs, key, seq, damping, tol, max_iter, num_
     log_q = family.log_density(fam, z, w)
 
     def predictor(rng_key, *new_args, **new_kwargs):
-        new, X, off, _ = new_inputs(model, new_args, new_kwargs)
+        new, X, off, _ = new_inputs(model, new_args, new_kwargs, prob.X.shape[1])
         p = prob_fn(X, off)
         y = jax.random.bernoulli(rng_key, p, (1, num_samples) + p.shape).astype(jnp.int32)
         return {prob.y_site: np.asarray(y), f"{prob.y_site}_mean": np.broadcast_to(np.asarray(p), y.shape)}
@@ -261,7 +261,7 @@ def _ep_regression(prob, model, args, kwargs, key, seq, damping, tol, max_iter, 
                   "grid_weight_not_converged": late_weight, "damping_used": used[0]}
 
     def predictor(rng_key, *new_args, **new_kwargs):
-        _, X, off, c = new_inputs(model, new_args, new_kwargs)
+        _, X, off, c = new_inputs(model, new_args, new_kwargs, prob.X.shape[1])
         y, y_mean = _regression_predict(rng_key, states, datas, jnp.asarray(np.exp(log_w)), jnp.asarray(idx), X, off, c)
         return {prob.y_site: np.asarray(y)[None], f"{prob.y_site}_mean": np.broadcast_to(np.asarray(y_mean), (1,) + y.shape)}
 

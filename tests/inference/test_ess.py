@@ -158,6 +158,8 @@ def test_predict_conditions_the_gp_on_the_draws(circle_fit):
     (Monte Carlo error of 6000 correlated draws plus EP's approximation error near the boundary);
     tolerances 0.25 / 0.04, and the predicted labels agree at >= 95% of the points."""
     X, y, post = circle_fit
+    with pytest.raises(ValueError, match=r"predict: X has shape \(5, 3\) but the fit's X had \(\d+, 2\)"):
+        post.predict(np.c_[X[:5], X[:5, :1]])  # another number of columns, named (the Bayes machine's predictor)
     pred = post.predictor(jax.random.PRNGKey(0), X[:5])
     np.testing.assert_allclose(pred["f"], post.samples["f"][..., :5], atol=1e-2)
     assert pred["y"].shape == (4, 1500, 5) and set(np.unique(pred["y"])) <= {0, 1}

@@ -96,6 +96,9 @@ def test_loo_for_every_engine(posteriors):
 def test_predict_and_save_roundtrip(posteriors, tmp_path):
     Xnew = XR[:4] + 0.1
     for (case, engine), post in posteriors.items():
+        # another number of columns: an error naming it (was dot_general's TypeError)
+        with pytest.raises(ValueError, match=r"predict: the new inputs have 7 features .*, the fit had 6"):
+            post.predict(np.c_[Xnew, Xnew[:, :1]])
         pp = post.predict(Xnew)
         mean = np.asarray(pp["y_mean"]).mean(axis=(0, 1))
         assert np.asarray(pp["y"]).shape[-1] == 4 and np.all(np.isfinite(mean))
