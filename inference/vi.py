@@ -98,7 +98,7 @@ def vi(
     ``diagnostics["steps"]`` is the number run.
 
     ``diagnostics["converged"]``: the ELBO plateau reached before ``steps``, the ELBO finite, and
-    q at the ELBO's optimum (the named autoguides; the flow's from its draws): ``diagnostics["stationarity"]`` holds the
+    q at the ELBO's optimum (the named autoguides and NumPyro's AutoNormal; the flow's from its draws): ``diagnostics["stationarity"]`` holds the
     largest scale ratio (q's scale over the one its curvature asks for), the largest Newton step of
     a mean in sds, and the restarts it caused (README.md, "What `converged` means";
     `inference.convergence`).
@@ -375,12 +375,28 @@ class _Programs(NamedTuple):
 
 
 def _gaussian_guide(guide) -> bool:
-    """A guide whose optimum `_stationarity_fn` checks in full: mean-field, low-rank or full-rank
-    normal."""
+    """A guide whose optimum `_stationarity_fn` checks in full: mean-field (the named "normal",
+    or NumPyro's AutoDiagonalNormal or AutoNormal built by the user), low-rank or full-rank normal."""
     if isinstance(guide, str):
         return guide in ("normal", "mvn", "lowrank")
     return isinstance(guide, (autoguide.AutoDiagonalNormal, autoguide.AutoMultivariateNormal,
-                              autoguide.AutoLowRankMultivariateNormal))
+                              autoguide.AutoLowRankMultivariateNormal, autoguide.AutoNormal))
+
+
+def _auto_normal_posterior(guide, params):
+    """NumPyro's AutoNormal (a Normal per site, unconstrained) as one mean-field q over the
+    concatenated latent: ``(Normal(loc, scale), unpack)``, ``unpack(z)`` the sites' unconstrained
+    values (as `AutoContinuous._unpack_latent`)."""
+    names = list(guide._init_locs)
+    shapes = [jnp.shape(guide._init_locs[n]) for n in names]
+    loc = jnp.concatenate([jnp.ravel(params[f"{n}_{guide.prefix}_loc"]) for n in names])
+    scale = jnp.concatenate([jnp.ravel(params[f"{n}_{guide.prefix}_scale"]) for n in names])
+    splits = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+
+    def unpack(z):
+        return {n: part.reshape(shape) for n, part, shape in zip(names, jnp.split(z, splits), shapes)}
+
+    return dist.Normal(loc, scale), unpack
 
 
 def _flow_guide(guide) -> bool:
@@ -419,10 +435,13 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
         a, kw = model_inputs(data)
         svi = svi_for(a, kw)
         guide = svi.guide
-        q = guide.get_posterior(svi.constrain_fn(raw_params))
+        if isinstance(guide, autoguide.AutoNormal):
+            q, unpack = _auto_normal_posterior(guide, svi.constrain_fn(raw_params))
+        else:
+            q, unpack = guide.get_posterior(svi.constrain_fn(raw_params)), guide._unpack_latent
 
         def grad_log_p(z):
-            return -jax.grad(lambda u: potential_energy(fit_model, a, kw, guide._unpack_latent(u)))(z)
+            return -jax.grad(lambda u: potential_energy(fit_model, a, kw, unpack(u)))(z)
 
         if isinstance(q, dist.TransformedDistribution):  # the flow guide: its draws give m, Sigma, c, o
             eps = jax.random.normal(key, (pairs, guide.latent_dim), jax.tree.leaves(raw_params)[0].dtype)

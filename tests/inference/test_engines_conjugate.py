@@ -269,9 +269,12 @@ def test_mean_field_vi_with_a_tight_posterior_is_right_or_not_converged(x64):
     assert right or not post.diagnostics["converged"], (mean_err, sd_err, post.diagnostics["steps"])
 
 
-@pytest.mark.parametrize("guide", ["lowrank", "flow"])
+@pytest.mark.parametrize("guide", ["lowrank", "flow", "AutoNormal"])
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
 def test_other_guides_with_a_tight_posterior_are_near_or_not_converged(x64, guide):
+    # AutoNormal: NumPyro's own mean-field guide built by the user (session 65). Its optimum was
+    # not checked: plateau at 5000-6000 steps with sds 4-25x the posterior's, means up to 1.0 sd
+    # off, converged=True (2 seeds, float32 and float64, benchmarks/RESULTS.md).
     # The data of the mean-field test above with the low-rank and flow guides. Before session 62
     # neither had an optimum check: low rank stopped at 4500-6500 steps with sds 9-20x the
     # posterior's (means 0.2-0.8 sds off; seeds 0-2), flow at 5000-6000 steps with sds 5-13x
@@ -280,6 +283,10 @@ def test_other_guides_with_a_tight_posterior_are_near_or_not_converged(x64, guid
     # scale ratios within its allowance (1.2x beyond Monte Carlo error, ~1.3x at 256 pairs;
     # measured sd errors 0.03-0.35, means <= 0.15 sds) or run to the step cap, converged=False
     # (flow, float64, seed 1): held to 0.5 on an sd ratio, 0.2 sds on a mean.
+    if guide == "AutoNormal":
+        from numpyro.infer.autoguide import AutoNormal
+
+        guide = AutoNormal(probmodels.linear_regression)
     post, mean_err, sd_err = _tight_fit(x64, noise_scale=0.01, guide=guide)
     assert "stationarity" in post.diagnostics
     near = mean_err < 0.2 and sd_err < 0.5

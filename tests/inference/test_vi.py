@@ -15,7 +15,7 @@ import optax
 import pytest
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import (AutoDiagonalNormal, AutoIAFNormal, AutoLowRankMultivariateNormal,
-                                     AutoMultivariateNormal)
+                                     AutoMultivariateNormal, AutoNormal)
 from numpyro.optim import optax_to_numpyro
 
 import importlib
@@ -171,7 +171,7 @@ def test_a_flow_guide_is_checked_from_its_draws(x64):
     assert not off["at_optimum"] and abs(off["mean_offset_sd"] - 1.0) < 0.1, off
 
 
-@pytest.mark.parametrize("guide", ["normal", "lowrank"])
+@pytest.mark.parametrize("guide", ["normal", "lowrank", "AutoNormal"])  # the last: NumPyro's, built by the user
 def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
     # Adam at 1e-6 barely moves: the ELBO's chunk means agree within noise (a plateau), yet q is
     # the start, far from the optimum. The plateau test alone reported converged=True.
@@ -180,6 +180,8 @@ def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
     y = X @ np.array([1.0, -1.0]) + 0.1 * rng.normal(size=100)
     import probmodels
 
+    if guide == "AutoNormal":
+        guide = AutoNormal(probmodels.linear_regression)
     with pytest.warns(UserWarning, match="not the ELBO's optimum"):
         post = inference.vi(probmodels.linear_regression, X, y, noise_scale=0.1, optimizer=optax.adam(1e-6),
                             guide=guide, steps=2000, check_every=500, num_samples=100, progress=False)
