@@ -145,8 +145,18 @@ def pareto_k(log_w) -> float | None:
     posterior q (Yao, Vehtari, Simpson & Gelman 2018, "Yes, but did it work?"): below 0.5 q is close
     to the posterior, above 0.7 (`PARETO_K_POOR`) its sds and tails may be far off even where its
     means are right; above 1 the weights have no finite mean. ``None`` with fewer than 50 finite
-    weights. A diagnostic reported beside ``converged``, not part of it: k-hat from 1000 draws
-    scatters around 0.7 on good fits (0.5-1.15 measured on mixtures whose means are right)."""
+    weights; ``inf`` when the weights span more than float64 can hold (~700 nats: one draw carries
+    all the weight, where PSIS's fit gave NaN). A diagnostic reported beside ``converged``, not part
+    of it: k-hat from 1000 draws scatters around 0.7 on good fits (0.5-1.15 measured on mixtures
+    whose means are right).
+
+    Example:
+        >>> import numpy as np
+        >>> from inference.convergence import pareto_k
+        >>> log_w = np.random.default_rng(0).normal(size=1000)  # q close to the posterior
+        >>> round(pareto_k(log_w), 2), round(pareto_k(10 * log_w), 1), pareto_k(1000 * log_w)
+        (0.37, 3.9, inf)
+    """
     log_w = np.asarray(log_w, np.float64).ravel()
     if log_w.size < 50 or not np.all(np.isfinite(log_w)):
         return None
@@ -159,7 +169,7 @@ def pareto_k(log_w) -> float | None:
         _, khat = array_stats.psislw(-(log_w - log_w.max()))
     except ValueError:  # a degenerate tail (e.g. all tail values equal)
         return None
-    return float(khat)
+    return float(khat) if np.isfinite(khat) else float("inf")
 
 
 NO_EVIDENCE = object()  # `ep`'s default: the engine computes no log evidence
