@@ -213,7 +213,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     if log_z is None:
         warnings.warn("EP's log evidence is undefined at the final state (a cavity variance is not positive)",
                       RuntimeWarning, skip_file_prefixes=_options.INTERNAL)
-    draws = _posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed)
+    draws = gaussian_draws(model, args, kwargs, trace, rec, state, num_samples, seed)
     mean_u, cov_u, u_draws, samples, log_lik, observed = (draws.mean, draws.cov, draws.u, draws.samples,
                                                           draws.log_lik, draws.observed)
     diagnostics = {
@@ -248,7 +248,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
 
 
 class _Draws(NamedTuple):
-    """What `_posterior_draws` returns."""
+    """What `gaussian_draws` returns."""
 
     mean: np.ndarray  # the latent vector's EP Gaussian
     cov: np.ndarray
@@ -261,15 +261,16 @@ class _Draws(NamedTuple):
     observed: dict
 
 
-def _posterior_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -> _Draws:
-    """``num_samples`` draws from the EP Gaussian of the converged ``state`` and what is computed per
-    draw (log density, log joint, the model's other sites, the pointwise log likelihood): the part
-    of a fit that grows with ``num_samples``."""
+def gaussian_draws(model, args, kwargs, trace, rec, state, num_samples, seed) -> _Draws:
+    """``num_samples`` draws from the Gaussian of the sites ``state.tau, state.nu`` (EP's converged
+    state; VI's optimum, `inference.latent_vi`) and what is computed per draw (log density, log
+    joint, the model's other sites, the pointwise log likelihood): the part of a fit that grows
+    with ``num_samples``."""
     mean_u, cov_u = (np.asarray(x, float) for x in _to_latent(rec.problem, rec.latent_map, state.tau, state.nu))
     if not (np.all(np.isfinite(mean_u)) and np.all(np.isfinite(cov_u))):
-        raise FloatingPointError("EP produced a non-finite Gaussian approximation; lower the damping")
+        raise FloatingPointError("the sites give a non-finite Gaussian approximation (EP: lower the damping)")
     key = jax.random.PRNGKey(seed)
-    L, jitter = robust_cholesky(cov_u, "EP posterior covariance")
+    L, jitter = robust_cholesky(cov_u, "posterior covariance of the sites' Gaussian")
     eps = np.asarray(jax.random.normal(key, (num_samples, mean_u.size), dtype=jnp.result_type(float)))
     u_draws = mean_u + eps @ L.T
     log_q = (-0.5 * np.sum(eps ** 2, axis=1) - np.sum(np.log(np.diag(L)))

@@ -17,7 +17,7 @@ import pytest
 from _api_calls import check_calls
 
 MODULES = [
-    "inference.fit", "inference.convergence", "inference.laplace", "inference.latent", "inference.linalg", "inference.mcmc", "inference.posterior",
+    "inference.fit", "inference.convergence", "inference.laplace", "inference.latent", "inference.latent_vi", "inference.linalg", "inference.mcmc", "inference.posterior",
     "inference.vi", "inference.ep.driver", "inference.ep.evidence", "inference.ep.gaussian",
     "inference.ep.graph", "inference.ep.problem", "inference.ep.recognise", "inference.ep.site_types", "inference.ep.sites",
     "inference.ep.state", "inference.ep.update", "inference.sbc",

@@ -366,13 +366,13 @@ CASES = {
         "ep": {"incl_err": 0.06}}),  # f64 max 0.017
     # f at the 60 inputs against the closed form (largest error over the inputs); EP and Laplace
     # are exact for a Gaussian likelihood: the Monte Carlo floor (f64 max 0.105, 0.067 and 0.072,
-    # 0.042; EP f32 0.122, 0.063: 3.0 sds off before its mean was refined, session 57); mean-field
-    # VI's optimum has the exact mean (held to the same floor), not the sds
+    # 0.042; EP f32 0.122, 0.063: 3.0 sds off before its mean was refined, session 57); so is VI's
+    # full-rank optimum by natural-gradient steps (`inference.latent_vi`, session 66: f64 max 0.105,
+    # 0.067, f32 0.103, 0.065; whitened mean-field SVI before it: means 4.5-5.2 sds off at the cap)
     "gp_regression": (probmodels.gp_regression, lambda s, e: _gpr(s, bool(jax.config.jax_enable_x64)),
                       functools.partial(_gaussian_measure, site="f"), {
         "mcmc": MC,  # f64 max 0.040, 0.045
-        # mean-field's sds are its approximation's (not computed here): not held
-        "vi": {"mean_err_sd": 0.13, "sd_ratio_err": np.inf},
+        "vi": {"mean_err_sd": 0.13, "sd_ratio_err": 0.09},
         "laplace": {"mean_err_sd": 0.13, "sd_ratio_err": 0.09},
         "ep": {"mean_err_sd": 0.13, "sd_ratio_err": 0.09}}),
     # predictive P(y = 1) at 15 test inputs; the reference's own Monte Carlo error is < 3e-4
@@ -380,8 +380,9 @@ CASES = {
         # NUTS on f whitened (`inference.whiten`): bulk ESS 4300-6200, f64 max 0.009, f32 0.014
         # (on f as written: ESS 42-82, max 0.028, converged=False, 35 s a fit)
         "mcmc": {"pred_err": 0.03},
-        # the Monte Carlo floor; mean-field VI on f whitened (`inference.whiten`): f64 max 0.030
-        # (in f's own coordinates it stopped at ELBO -90 against log Z -18, pred_err 0.61)
+        # the Monte Carlo floor; VI's full-rank optimum (`inference.latent_vi`): f64 max 0.015, f32
+        # 0.013 (mean-field SVI on f whitened: f64 max 0.030; in f's own coordinates it stopped at
+        # ELBO -90 against log Z -18, pred_err 0.61)
         "vi": {"pred_err": 0.06},
         "laplace": {"pred_err": 0.05},  # f64 max 0.025
         "ep": {"pred_err": 0.04}}),  # f64 max 0.015
@@ -420,14 +421,8 @@ EXPENSIVE = {("dp_mixture", "mcmc"), ("gp_regression", "mcmc"), ("dp_mixture", "
              ("spike_and_slab_regression", "mcmc")}
 # Known defects, kept visible (strict: the cell fails the suite once it starts passing), by cell id.
 KNOWN = {
-    # found 2026-12-06 (session 57), reported converged=True then: mean-field VI (whitened f) stops
-    # with means 7-10 posterior sds off (its optimum has the exact mean) and sds 3-5x too wide.
-    # Since session 59 VI's optimum check sees it (scales and Newton steps off), restarts its step
-    # sizes and still ends 4.5-5.2 sds off at the 20000-step cap: converged=False, loud, still wrong.
-    "gp_regression-vi-float64": "mean-field VI at defaults: f means several posterior sds off at the step cap "
-                                "(converged=False since session 59)",
-    "gp_regression-vi-float32": "mean-field VI at defaults: f means 4.5-5.2 posterior sds off at the step cap "
-                                "(converged=False since session 59)",
+    # (gp_regression-vi, float32 and float64, were here from session 57 to 65: whitened mean-field
+    # SVI ended 4.5-5.2 sds off at the step cap; since session 66 VI takes `inference.latent_vi`)
     "dp_mixture-mcmc-float64-seeds12": "NUTS at defaults keeps a spurious occupied component at seed 1 in float64 "
                                        "(location error 1.5; reported converged=False)",
     # b8580c6 (2026-11-27) said these two recovered the truth once chains started at their own

@@ -205,11 +205,12 @@ def test_a_low_rank_fit_at_its_optimum_passes():
 
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
 def test_pareto_k_tells_a_mean_field_gp_posterior_from_a_full_rank_one(x64):
-    """GP regression (30 inputs, noise 0.3): whitened mean-field VI stops at its family's optimum
-    (converged) with f's sds up to ~7x off the closed form; its importance weights say so
-    (Pareto k > 1, measured 1.47-1.58) and a warning says it, while the full-rank guide's sds are
-    right and its k below 0.7 (0.39-0.53). `diagnostics["pareto_k"]` is reported by every
-    approximate engine."""
+    """GP regression (30 inputs, noise 0.3): whitened mean-field SVI (an SVI option given) stops at
+    its family's optimum with f's sds up to ~7x off the closed form; its importance weights say so
+    (Pareto k > 1, measured 1.47-1.58), a warning says it and it is not reported converged (it
+    was until session 66). The default options (natural-gradient steps to the full-rank optimum,
+    `inference.latent_vi`) get the sds right with k below 0.7. `diagnostics["pareto_k"]` is
+    reported by every approximate engine."""
     import probmodels
     from probmodels.conjugate import gp_regression_posterior
     from probmodels.kernels import RBF
@@ -222,15 +223,16 @@ def test_pareto_k_tells_a_mean_field_gp_posterior_from_a_full_rank_one(x64):
                             progress=False)
     with jax.enable_x64(x64):
         with pytest.warns(UserWarning, match=r"far from the posterior: the Pareto k .* > 1"):
-            fits = {"normal": fit(guide="normal")}
+            fits = {"svi": fit(check_every=499)}
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            fits["mvn"] = fit(guide="mvn")
+            fits["default"] = fit()
     ratio = {g: np.asarray(p.samples["f"], np.float64).reshape(-1, 30).std(0) / sd for g, p in fits.items()}
-    assert fits["normal"].diagnostics["converged"] and ratio["normal"].max() > 2.5
-    assert fits["normal"].diagnostics["pareto_k"] > 1.0
-    assert np.all(np.abs(ratio["mvn"] - 1) < 0.15)
-    assert fits["mvn"].diagnostics["pareto_k"] < 0.7
+    assert fits["svi"].diagnostics["converged"] is False and ratio["svi"].max() > 2.5
+    assert fits["svi"].diagnostics["pareto_k"] > 1.0
+    assert fits["default"].diagnostics["converged"] is True
+    assert np.all(np.abs(ratio["default"] - 1) < 0.15)
+    assert fits["default"].diagnostics["pareto_k"] < 0.7
 
 
 def test_steps_is_a_cap_never_exceeded():
