@@ -28,11 +28,18 @@ from inference.conditional import check_trailing_shapes, extend_draws
 from inference.trace_reading import abstract_trace, latent_blocks
 
 
-def robust_cholesky(cov, what="covariance"):
+def robust_cholesky(cov, what="covariance", computed_in=None):
     """Cholesky factor with the smallest jitter (relative to the mean diagonal) that works:
-    ``(L, relative jitter)``."""
+    ``(L, relative jitter)``. ``computed_in``: the dtype ``cov`` was computed in; the jitters
+    tried then go up to 1000 of its epsilons (float32: 1e-4), the size of its round-off: a float32
+    GP posterior covariance ``K - K S B^-1 S K`` (Poisson GP, n = 50) had an eigenvalue of -1.25e-6
+    x its mean diagonal, beyond the float64 ladder's 1e-6, and the fit raised."""
     cov = np.asarray(cov, float)
-    L, jitter = linalg.cholesky_jitter(cov, f"the {what}")
+    ladder = linalg.LADDER
+    if computed_in is not None:
+        top = 1000 * float(np.finfo(np.dtype(computed_in)).eps)
+        ladder = ladder + tuple(r for r in (1e-5, 1e-4) if ladder[-1] < r <= top)
+    L, jitter = linalg.cholesky_jitter(cov, f"the {what}", ladder=ladder)
     return L, jitter / max(float(np.mean(np.diag(cov))), 1e-300)
 
 
