@@ -125,6 +125,7 @@ def ep_posterior(model, args, kwargs, trace, *, schedule="parallel", damping=0.5
         "num_clipped_sites": int(res.num_clipped), "schedule": schedule, "damping": float(res.damping),
         "jitter": float(res.jitter), "algorithm": "bayes-machine-ep", "learn_noise": parts.learn_noise,
         "negative_sites": negative_sites, "tol": tol,
+        "pareto_k": convergence.pareto_k(np.asarray(lp, float) - np.asarray(log_q, float)),
     }
     if not diagnostics["converged"]:
         warnings.warn(

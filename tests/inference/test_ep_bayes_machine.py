@@ -467,6 +467,8 @@ def test_float32_fit_through_inference_ep_applies_the_float32_tolerance_floor():
     assert post.diagnostics["tol"] == pytest.approx(floor) and floor > 1e-6
     assert post.diagnostics["converged"] and post.samples["f"].dtype == np.float32
     assert not [m for m in w if "did not converge" in str(m.message)]  # (test_float32_converges's check)
+    # the Pareto k of its importance weights, as generic EP reports it (session 66)
+    assert np.isfinite(post.diagnostics["pareto_k"])
     # predict conditions the GP on each draw, in float32 too: at training inputs, the draw's own
     # latents up to the kernel's float32 jitter (1e-4 on K's diagonal, a nugget the cross-covariance
     # lacks, times K^-1 f: measured 0.049-0.056 over fit seeds 0-2 and 10 predict keys, float64
