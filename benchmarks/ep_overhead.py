@@ -7,7 +7,7 @@ Measured in one process, interleaved, median of ``--repeat`` rounds, after two w
 - ``sweeps``: EP's sweeps alone on the recognised problem, from the initial sites, as the call
   runs them (`inference.ep.driver._default_damping_run`, same tolerance);
 - ``draws``: everything that produces the 1000 draws from the converged sites
-  (`inference.ep.driver._posterior_draws`: the latent Gaussian, its Cholesky factor, the draws, their
+  (`inference.ep.driver.gaussian_draws`, named `_posterior_draws` before session 66: the latent Gaussian, its Cholesky factor, the draws, their
   log density, log joint, the model's other sites and the pointwise log likelihood; the model's
   program fingerprint, which a call computes once for its recognition, is not counted here);
 - ``overhead`` = call / (sweeps + draws).
@@ -70,7 +70,7 @@ def measure(model, args, repeat):
         with compiled.scope():
             compiled.fingerprint(model, args, {})
             t0 = time.perf_counter()
-            driver._posterior_draws(model, args, {}, trace, rec, state, 1000, 0)
+            driver.gaussian_draws(model, args, {}, trace, rec, state, 1000, 0)
             return time.perf_counter() - t0, None
 
     def whole():
