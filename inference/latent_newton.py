@@ -71,7 +71,7 @@ def _curvature(problem, eta):
     return total(eta), d1, -d2
 
 
-def _derivatives(problem, eta):
+def derivatives(problem, eta):
     """``(sum h, h', W = max(-h'', 0))``."""
     total, d1, w = _curvature(problem, eta)
     return total, d1, jnp.maximum(w, 0.0)
@@ -99,14 +99,14 @@ def _target(problem, a):
     if problem.space == "function":
         K = problem.prior_cov
         f = K @ a
-        _, d1, W = _derivatives(problem, f + problem.offset)
+        _, d1, W = derivatives(problem, f + problem.offset)
         L = jnp.linalg.cholesky(_b_matrix(problem, W))
         # (I + W K)^-1 (W f + h'), in EP's form without cancellation (`site_alpha`): R&W's
         # ``b - W^1/2 B^-1 W^1/2 K b`` cancels terms of size W f ~ y / noise^2: on float32 GP
         # regression (noise 0.01, n = 500) the log evidence at that mode was 3457 nats off
         return site_alpha(K, W, W * f + d1, jnp.sqrt(W), lambda X: jax.scipy.linalg.cho_solve((L, True), X))
     P = problem.proj
-    _, d1, W = _derivatives(problem, P @ a + problem.offset)
+    _, d1, W = derivatives(problem, P @ a + problem.offset)
     L = jnp.linalg.cholesky(_b_matrix(problem, W))
     return a + jax.scipy.linalg.cho_solve((L, True), P.T @ d1 - a)
 

@@ -8,15 +8,15 @@ Archambeau 2009) with, there, ``tau_i = -E_q[h_i'']`` and ``nu_i = E_q[h_i'] + t
 (``m_i, v_i``: q's marginal of ``z_i``). Conjugate-computation VI (Khan & Lin 2017) steps the sites
 toward those targets, ``(tau, nu) <- (1 - r) (tau, nu) + r target``: a natural-gradient step of
 size ``r``. Here ``r`` starts at 1 and is halved until the ELBO (exact: Gauss-Hermite for
-``E_q[h]``, the KL to the prior in closed form) does not fall. A Gaussian likelihood starts at its
-optimum; a probit GP classifier takes ~10 steps. Stochastic gradients on a whitened guide crawl
+``E_q[h]``, the KL to the prior in closed form) does not fall. The sites start at Laplace's (`start`):
+a Gaussian likelihood at its optimum, a probit GP classifier ~5 steps from it. Stochastic gradients on a whitened guide crawl
 on such posteriors (GP regression with noise 0.01: mean-field means 4.5-5.2 posterior sds off at
 20000 steps; issue 21).
 
-Target precisions are kept non-negative (the Gaussian is formed as EP's, `inference.ep.gaussian`);
-a site whose expected curvature stays negative at the end (a non-log-concave likelihood, e.g.
-Student-t) means the optimum may lie outside that family: ``Result.clipped``, and the caller
-(`inference.vi`) uses stochastic VI instead.
+A non-log-concave likelihood (Student-t) has a negative expected curvature at outlying sites: their
+site precisions go negative, and the Gaussian is formed as EP's (`inference.ep.gaussian`: an LU of
+``sign(T) + S K S``, valid while the covariance is positive definite; a step that leaves it is
+halved like one that lowers the ELBO).
 
 Example (two probit sites on ``f ~ N(0, I)`` at ``+-1``: q's means are equal and opposite):
     >>> import jax.numpy as jnp
@@ -39,7 +39,8 @@ from jax import lax
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from inference.ep.gaussian import site_alpha
-from inference.ep.update import site_change
+from inference import latent_newton
+from inference.ep.update import initial_sites, site_change
 from inference.latent_newton import log_lik
 
 GH_POINTS = 32  # Gauss-Hermite nodes for E_q[h], E_q[h'], E_q[h''] per site
@@ -53,7 +54,8 @@ def _nodes(dtype):
 
 
 def expectations(problem, m, v):
-    """``(E h_i, E h_i', E h_i'')`` under ``z_i ~ N(m_i, v_i)``, ``eta_i = z_i + offset_i``."""
+    """``(E h_i, E h_i', E h_i'', E |h_i'|, E |h_i''|)`` under ``z_i ~ N(m_i, v_i)``, ``eta_i =
+    z_i + offset_i`` (the last two bound the quadrature's round-off)."""
     x, w = _nodes(m.dtype)
     eta = m[None] + jnp.sqrt(jnp.maximum(v, 0.0))[None] * x[:, None] + problem.offset[None]
 
@@ -63,7 +65,7 @@ def expectations(problem, m, v):
         return log_lik(problem, e), d1, d2
 
     h, d1, d2 = jax.vmap(at)(eta)
-    return w @ h, w @ d1, w @ d2
+    return w @ h, w @ d1, w @ d2, w @ jnp.abs(d1), w @ jnp.abs(d2)
 
 
 def gaussian(problem, tau, nu):
@@ -71,19 +73,7 @@ def gaussian(problem, tau, nu):
     marginals of every ``z_i`` and its KL divergence to the prior, through the well-conditioned
     ``I + S K S`` (function space) or ``I + P' T P`` (weight space); no ``K^-1``."""
     if problem.space == "function":
-        K = problem.prior_cov
-        n = K.shape[0]
-        s = jnp.sqrt(tau)
-        SK = s[:, None] * K
-        L = jnp.linalg.cholesky(jnp.eye(n, dtype=K.dtype) + SK * s[None, :])
-        V = solve_triangular(L, SK, lower=True)
-        alpha = site_alpha(K, tau, nu, s, lambda X: cho_solve((L, True), X))
-        m = K @ alpha
-        v = jnp.diag(K) - jnp.sum(V * V, axis=0)
-        Linv = solve_triangular(L, jnp.eye(n, dtype=K.dtype), lower=True)
-        # KL = (tr(K^-1 S) + m' K^-1 m - n + log|K| - log|S|) / 2 with tr(K^-1 S) = tr(B^-1),
-        # m' K^-1 m = alpha' m, |K| / |S| = |B|
-        kl = 0.5 * (jnp.sum(Linv * Linv) + jnp.dot(alpha, m) - n) + jnp.sum(jnp.log(jnp.diag(L)))
+        return lax.cond(jnp.all(tau >= 0), _function_positive, _function_general, problem.prior_cov, tau, nu)
     else:
         P = problem.proj
         d = P.shape[1]
@@ -97,29 +87,87 @@ def gaussian(problem, tau, nu):
     return m, v, kl, ok
 
 
+def _function_positive(K, tau, nu):
+    """Function space, every ``tau >= 0``: ``B = I + S K S`` by Cholesky; ``tr(K^-1 Sigma) =
+    tr(B^-1)``, ``m' K^-1 m = alpha' m``, ``|K| / |Sigma| = |B|``."""
+    n = K.shape[0]
+    s = jnp.sqrt(tau)
+    SK = s[:, None] * K
+    L = jnp.linalg.cholesky(jnp.eye(n, dtype=K.dtype) + SK * s[None, :])
+    V = solve_triangular(L, SK, lower=True)
+    alpha = site_alpha(K, tau, nu, s, lambda X: cho_solve((L, True), X))
+    m = K @ alpha
+    v = jnp.diag(K) - jnp.sum(V * V, axis=0)
+    Linv = solve_triangular(L, jnp.eye(n, dtype=K.dtype), lower=True)
+    kl = 0.5 * (jnp.sum(Linv * Linv) + jnp.dot(alpha, m) - n) + jnp.sum(jnp.log(jnp.diag(L)))
+    ok = jnp.all(jnp.isfinite(L)) & jnp.all(jnp.isfinite(m)) & jnp.all(v > 0) & jnp.isfinite(kl)
+    return m, v, kl, ok
+
+
+def _function_general(K, tau, nu):
+    """Function space with negative site precisions (a non-log-concave likelihood, Student-t):
+    ``M = sign(T) + S K S`` by LU, as EP's `inference.ep.gaussian`; ``tr(K^-1 Sigma) = tr(M^-1
+    sign(T))``, ``|K| / |Sigma| = |det M|``; valid only where ``Sigma`` is positive definite (a
+    Cholesky factor of it is finite)."""
+    n = K.shape[0]
+    s = jnp.sqrt(jnp.abs(tau))
+    sign = jnp.where(tau >= 0, 1.0, -1.0).astype(K.dtype)
+    SK = s[:, None] * K
+    factors = jax.scipy.linalg.lu_factor(jnp.diag(sign) + SK * s[None, :])
+
+    def solve(X):
+        return jax.scipy.linalg.lu_solve(factors, X)
+
+    alpha = site_alpha(K, tau, nu, s, solve)
+    m = K @ alpha
+    R = solve(SK)
+    cov = K - SK.T @ R
+    v = jnp.diag(cov)
+    tr = jnp.sum(jnp.diag(solve(jnp.diag(sign))))
+    kl = 0.5 * (tr + jnp.dot(alpha, m) - n) + 0.5 * jnp.sum(jnp.log(jnp.abs(jnp.diag(factors[0]))))
+    chol = jnp.linalg.cholesky(0.5 * (cov + cov.T))
+    ok = jnp.all(jnp.isfinite(chol)) & jnp.all(jnp.isfinite(m)) & jnp.all(v > 0) & jnp.isfinite(kl)
+    return m, v, kl, ok
+
+
+@jax.jit
+def start(problem):
+    """Starting sites: Laplace's, at the mode (`inference.latent_newton`, a few Newton steps),
+    ``tau = max(-h'', 0)`` and ``nu = h' + tau z``; exact for a Gaussian likelihood. From the
+    prior instead, q's marginals are so wide that 32 Gauss-Hermite nodes miss a peaked
+    likelihood's shape (Student-t with scale 0.1 under a prior sd of 1: the first steps went
+    wrong and the line search stalled at the prior's ELBO, 137 nats below EP's log Z)."""
+    dtype = problem.offset.dtype
+    a = latent_newton.newton(problem, jnp.zeros(problem.dim, dtype), 10 * float(jnp.finfo(dtype).eps), 100).a
+    z = problem.prior_cov @ a if problem.space == "function" else problem.proj @ a
+    _, d1, w = latent_newton.derivatives(problem, z + problem.offset)
+    ok = jnp.all(jnp.isfinite(d1)) & jnp.all(jnp.isfinite(w)) & jnp.all(jnp.isfinite(z))
+    tau0, nu0 = initial_sites(problem)
+    return jnp.where(ok, w, tau0), jnp.where(ok, d1 + w * z, nu0)
+
+
 class _Point(NamedTuple):
     tau: jax.Array
     nu: jax.Array
     elbo: jax.Array  # without the likelihood's constant terms (`Recognised.const_log_lik`)
     m: jax.Array
     v: jax.Array
-    target_tau: jax.Array  # -E[h''], clipped at 0
+    target_tau: jax.Array  # -E[h'']
     target_nu: jax.Array
-    raw_tau: jax.Array  # -E[h''] as computed
     floor: jax.Array  # round-off of the targets, per site, in site_change's units
 
 
 def _point(problem, tau, nu):
     m, v, kl, ok = gaussian(problem, tau, nu)
-    eh, d1, d2 = expectations(problem, m, v)
-    raw = -d2
-    t_tau = jnp.maximum(raw, 0.0)
+    eh, d1, d2, a1, a2 = expectations(problem, m, v)
+    t_tau = -d2
     t_nu = d1 + t_tau * m
     eps = jnp.finfo(m.dtype).eps
     sv = jnp.sqrt(jnp.maximum(v, 0.0))
-    floor = 16 * eps * jnp.maximum((jnp.abs(d1) + jnp.abs(t_tau * m)) * sv, jnp.abs(t_tau) * v)
+    # the targets' round-off: of sums over the nodes whose terms may cancel (Student-t's h'')
+    floor = 16 * eps * jnp.maximum((a1 + a2 * jnp.abs(m)) * sv, a2 * v)
     elbo = jnp.where(ok, jnp.sum(eh) - kl, -jnp.inf)
-    return _Point(tau, nu, elbo, m, v, t_tau, t_nu, raw, floor)
+    return _Point(tau, nu, elbo, m, v, t_tau, t_nu, floor)
 
 
 class Result(NamedTuple):
@@ -131,7 +179,6 @@ class Result(NamedTuple):
     change: jax.Array  # site change of a full step from the final sites (0 at the optimum)
     iteration: jax.Array
     stalled: jax.Array  # no step size kept the ELBO from falling
-    clipped: jax.Array  # a negative expected curvature was clipped at the final sites
     trace: jax.Array  # the ELBO after each step (NaN past the last)
 
 
@@ -173,8 +220,7 @@ def fit(problem, tau0, nu0, tol, max_iter: int) -> Result:
     p0 = _point(problem, tau0, nu0)
     trace0 = jnp.full((max_iter,), jnp.nan, dtype)
     p, it, stalled, trace = lax.while_loop(cond, step, (p0, jnp.zeros((), jnp.int32), jnp.zeros((), bool), trace0))
-    clipped = jnp.any(p.raw_tau * p.v < -tol)
-    return Result(p.tau, p.nu, p.elbo, p.m, p.v, _change(p), it, stalled, clipped, trace)
+    return Result(p.tau, p.nu, p.elbo, p.m, p.v, _change(p), it, stalled, trace)
 
 
 MAX_STEPS = 200  # natural-gradient steps at most (a probit GP classifier takes ~10)
@@ -204,9 +250,8 @@ def recognised(model, args, kwargs, trace, seed, guide: str, white: list):
 
 def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps: int, num_samples: int,
               seed: int, progress: bool = False):
-    """The `Posterior` of this VI (``engine="vi"``), or ``None`` where its optimum may lie outside
-    the site family (`Result.clipped`) or no valid Gaussian was found: the caller then runs
-    stochastic VI. ``tol`` is the site-change tolerance (floored at the working precision);
+    """The `Posterior` of this VI (``engine="vi"``), or ``None`` where no valid Gaussian was found
+    (a non-finite ELBO): the caller then runs stochastic VI. ``tol`` is the site-change tolerance (floored at the working precision);
     ``progress``: a bar over the fit's two stages (the steps, one compiled loop; the draws), shown
     only once the fit has run for a second."""
     import warnings
@@ -214,7 +259,6 @@ def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps:
     from inference import _model, _options, convergence
     from inference.ep.driver import gaussian_draws
     from inference.ep.predict import make_predictor
-    from inference.ep.update import initial_sites
     from inference.posterior import Posterior
     from inference.progress import Bar
 
@@ -222,9 +266,8 @@ def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps:
     problem = rec.problem
     tol = _options.working_tol(tol, problem.offset.dtype)
     max_iter = min(int(steps), MAX_STEPS)
-    tau0, nu0 = initial_sites(problem)
-    res = fit(problem, tau0, nu0, tol, max_iter)
-    if bool(res.clipped) or not bool(jnp.isfinite(res.elbo)):
+    res = fit(problem, *start(problem), tol, max_iter)
+    if not bool(jnp.isfinite(res.elbo)):
         bar.close()
         return None
     bar.update(1)

@@ -95,8 +95,7 @@ def vi(
     (`inference.latent_vi`; at most ``min(steps, 200)``, ``tol`` on the site change;
     ``diagnostics["updates"] == "natural-gradient"``). Mean-field SVI on a GP's whitened ``f``
     ended 4.5-5.2 posterior sds off at the step cap (GP regression, noise 0.01) or with sds up
-    to 7x off. A non-log-concave likelihood whose optimum needs negative site precisions
-    (Student-t) runs SVI.
+    to 7x off. Non-log-concave likelihoods (Student-t) are handled (negative site precisions).
 
     A coordinate-ascent ``method`` and spike-and-slab models (mean-field Bernoulli-Gaussian VI)
     take of the SVI options (``guide``, ``optimizer``, ``learning_rate``, ``num_particles``,
@@ -338,7 +337,7 @@ def vi(
     far = bool(white) and guide in ("normal", "lowrank", "mvn") and pareto_k is not None and pareto_k > 1.0
     if far:
         # a whitened GP's mean-field (or low-rank) optimum: sds up to ~7x off (GP regression, noise
-        # 0.3; a GP with Student-t noise: k 1.8); the full-rank guide stopped 8-12 nats below its
+        # 0.3; a GP with Student-t noise, k 1.8); the full-rank guide stopped 8-12 nats below its
         # optimum on GP classifiers with n = 300 (k 1.4-2.0); all reported converged=True until
         # session 66. The full-rank optimum (`inference.latent_vi`) gave k 0.22-0.57 there.
         advice = "guide='mvn', " if guide != "mvn" else ""

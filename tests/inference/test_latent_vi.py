@@ -75,7 +75,7 @@ def test_natural_gradient_steps_reach_the_full_rank_elbo_optimum(x64):
         mean, cov, _ = from_sites(p, res.tau, res.nu)
     sd = np.sqrt(np.diag(S_ref))
     tol = 1e-6 if x64 else 1e-3
-    assert bool(ok) and not bool(res.clipped) and int(res.iteration) < 20
+    assert bool(ok) and int(res.iteration) < 20
     assert np.max(np.abs(np.asarray(mean, float) - m_ref) / sd) < tol
     assert np.max(np.abs(np.asarray(cov, float) - S_ref) / np.outer(sd, sd)) < tol
     assert abs(float(res.elbo) - elbo_ref) < (1e-8 if x64 else 1e-4) * max(1.0, abs(elbo_ref))
@@ -153,12 +153,45 @@ def test_mvn_guide_with_a_bias_gets_the_exact_joint_posterior(x64):
 
 
 @pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
-def test_a_gp_with_student_t_noise_falls_back_to_stochastic_vi_and_says_when_it_is_far(x64):
-    """Student-t noise is not log-concave: outlying sites have a negative expected curvature, so
-    the optimum may need negative site precisions, outside this VI's family (clipped): stochastic
-    VI on the whitened mean-field guide runs instead. Its q is then far from the posterior
-    (Pareto k ~1.8 here) and was reported converged=True until session 66; now converged=False
-    with a warning."""
+def test_student_t_sites_take_negative_precisions_at_the_optimum(x64):
+    """Student-t noise is not log-concave: at an outlier (y + 3, scale 0.3) the optimum has a
+    negative site precision (measured -0.56), formed through the LU of ``sign(T) + S K S``. Same
+    reference as the probit case; float64 tolerance 5e-5: this fit's 32 Gauss-Hermite nodes against
+    the reference's 80 on a peaked likelihood (measured 1.3e-6 sd on the mean, 1.4e-5 on the
+    covariance); the steps converge linearly there (~150)."""
+    y = np.sin(np.linspace(-2.0, 2.0, N))
+    y[2] += 3.0
+    m_ref, S_ref, elbo_ref = _reference_optimum(
+        K6, jnp.eye(N), lambda e: jax.scipy.stats.t.logpdf(e, 3.0, loc=jnp.asarray(y), scale=0.3), jnp.zeros(N))
+
+    def link(e, c, shared):
+        return jax.scipy.stats.t.logpdf(e, 3.0, loc=c, scale=0.3)
+
+    from inference.ep.gaussian import from_sites
+    from inference.ep.site_types import Quadrature
+
+    with jax.enable_x64(x64):
+        dtype = jnp.float64 if x64 else jnp.float32
+        p = EPProblem("function", None, jnp.asarray(K6, dtype), jnp.zeros(N, dtype),
+                      (SiteGroup(Quadrature(link), {"consts": jnp.asarray(y, dtype)}),))
+        res = latent_vi.fit(p, *latent_vi.start(p), 1e-6 if x64 else 3.6e-6, 300)
+        mean, cov, ok = from_sites(p, res.tau, res.nu)
+    sd = np.sqrt(np.diag(S_ref))
+    tol = 5e-5 if x64 else 1e-3
+    assert bool(ok) and float(np.asarray(res.tau)[2]) < 0 and np.all(np.delete(np.asarray(res.tau), 2) > 0)
+    assert np.max(np.abs(np.asarray(mean, float) - m_ref) / sd) < tol
+    assert np.max(np.abs(np.asarray(cov, float) - S_ref) / np.outer(sd, sd)) < tol
+    assert abs(float(res.elbo) - elbo_ref) < (1e-6 if x64 else 1e-4) * max(1.0, abs(elbo_ref))
+
+
+def test_a_gp_with_student_t_noise_against_nuts():
+    """A GP with Student-t noise (n = 40, scale 0.1, t_2 draws): VI by natural-gradient steps
+    (started at Laplace's mode: from the prior, 32 Gauss-Hermite nodes missed the peaked
+    likelihood and the steps stalled at the prior's ELBO) against a long NUTS run: means within
+    0.2 sds, sds 0.7-1.3x (measured 0.084, 0.82-1.04; a Gaussian q of this posterior is not exact;
+    EP: 0.06, 0.95-1.19). Before session 66 this model ran whitened mean-field SVI (Pareto k 1.8).
+    In float32 the same q (means within 0.05 sds of float64's), but its site change stalls at
+    ~5e-5 of round-off above the float32 floor: converged=False, as EP's there."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 2))
     K = np.asarray(RBF(1.0)(X, X)) + 1e-6 * np.eye(40)
@@ -169,12 +202,22 @@ def test_a_gp_with_student_t_noise_falls_back_to_stochastic_vi_and_says_when_it_
         f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(40, dt), covariance_matrix=jnp.asarray(K, dt)))
         numpyro.sample("y", dist.StudentT(3.0, f, 0.1), obs=y)
 
-    with jax.enable_x64(x64):
-        with pytest.warns(UserWarning, match=r"far from the posterior: the Pareto k .* > 1 .*converged=False"):
-            post = inference.vi(model, y, seed=0, num_samples=500, progress=False)
+    nuts = inference.mcmc(model, y, num_warmup=1000, num_samples=3000, num_chains=2, seed=3, progress=False)
+    fn = np.asarray(nuts.samples["f"], float).reshape(-1, 40)
+    m, s = fn.mean(0), fn.std(0)
+    post = inference.vi(model, y, seed=0, progress=False)
     d = post.diagnostics
-    assert "updates" not in d and d["whitened"] == ["f"]
-    assert d["pareto_k"] > 1.0 and d["converged"] is False
+    f = np.asarray(post.samples["f"], float).reshape(-1, 40)
+    assert nuts.diagnostics["converged"] and d["updates"] == "natural-gradient" and d["converged"] is True
+    assert np.sum(post.approximation["site_tau"] < 0) > 0
+    assert np.max(np.abs(f.mean(0) - m) / s) < 0.2
+    assert np.all((f.std(0) / s > 0.7) & (f.std(0) / s < 1.3))
+    with jax.enable_x64(False):
+        post32 = inference.vi(model, y, seed=0, progress=False)
+    f32 = np.asarray(post32.samples["f"], float).reshape(-1, 40)
+    assert post32.diagnostics["updates"] == "natural-gradient"
+    assert np.max(np.abs(post32.approximation["mean"] - post.approximation["mean"]) / s) < 0.05
+    assert np.all(np.isfinite(f32))
 
 
 def test_an_svi_option_runs_stochastic_vi():
