@@ -90,7 +90,8 @@ def vi(
     A latent-Gaussian model whose latent includes a multivariate normal (a GP's ``f``; read by
     EP's recogniser: Gaussian priors, every likelihood site a smooth function of one projection)
     with ``guide="mvn"``, or ``"normal"`` where every latent is such a site, and no SVI option
-    given (``optimizer``, ``learning_rate``, ``num_particles``, ``check_every``): q is the full-rank
+    given (``method="svi"``, ``optimizer``, ``learning_rate``, ``num_particles``, ``check_every``):
+    q is the full-rank
     Gaussian at the ELBO's optimum, found by natural-gradient steps in EP's site parameters
     (`inference.latent_vi`; at most ``min(steps, 200)``, ``tol`` on the site change;
     ``diagnostics["updates"] == "natural-gradient"``). Mean-field SVI on a GP's whitened ``f``
@@ -140,6 +141,7 @@ def vi(
     svi_options = dict(guide=(guide, "normal"), optimizer=(optimizer, None), learning_rate=(learning_rate, 0.01),
                        num_particles=(num_particles, 1), check_every=(check_every, 500))
     methods = getattr(model, "vi_methods", {})
+    svi_asked = method == "svi"  # explicitly: stochastic VI, not the natural-gradient steps below
     if method is None:  # a family's own default scheme (LDA: online VB), else autoguide SVI
         method = "default" if "default" in methods else "svi"
     forwarded = _forwarded(methods[method], f"vi(method={method!r})", **svi_options) if method in methods else {}
@@ -174,7 +176,7 @@ def vi(
             f"site {discrete[0]!r} is a discrete latent: autoguides need continuous latents; "
             "marginalise it in the model (see inference.latent.recovered) or use inference.mcmc"
         )
-    svi_only = (optimizer, learning_rate, num_particles, check_every) != (None, 0.01, 1, 500)
+    svi_only = svi_asked or (optimizer, learning_rate, num_particles, check_every) != (None, 0.01, 1, 500)
     # at most `steps` ELBO steps, in whole chunks of check_every (a cap below it is one chunk):
     # the cap was rounded up to a chunk before (steps=10 ran 500 steps)
     check_every = min(check_every, steps)

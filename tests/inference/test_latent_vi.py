@@ -221,8 +221,9 @@ def test_a_gp_with_student_t_noise_against_nuts():
 
 
 def test_an_svi_option_runs_stochastic_vi():
-    """``optimizer``, ``learning_rate``, ``num_particles`` or ``check_every`` given: the user asks
-    for stochastic VI, which then runs (on the whitened guide), not the natural-gradient steps."""
+    """``method="svi"``, ``optimizer``, ``learning_rate``, ``num_particles`` or ``check_every``
+    given: the user asks for stochastic VI, which then runs (on the whitened guide), not the
+    natural-gradient steps."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(20, 1))
     y = (X[:, 0] > 0).astype(int)
@@ -230,3 +231,8 @@ def test_an_svi_option_runs_stochastic_vi():
                         num_samples=50, progress=False)
     assert "updates" not in post.diagnostics and post.diagnostics["whitened"] == ["f"]
     assert post.diagnostics["steps"] == 500
+    post = inference.vi(probmodels.gp_classifier, X, y, kernel=RBF(1.0), method="svi", steps=500,
+                        num_samples=50, progress=False)
+    assert "updates" not in post.diagnostics and post.diagnostics["steps"] == 500
+    post = inference.vi(probmodels.gp_classifier, X, y, kernel=RBF(1.0), num_samples=50, progress=False)
+    assert post.diagnostics["updates"] == "natural-gradient"
