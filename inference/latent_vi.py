@@ -40,6 +40,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from inference.ep.gaussian import site_alpha
 from inference import latent_newton
+from inference.ep import sites
 from inference.ep.update import initial_sites, site_change
 from inference.latent_newton import log_lik
 
@@ -48,9 +49,9 @@ MAX_HALVINGS = 30
 
 
 def _nodes(dtype):
-    """Nodes and weights of E over a standard normal (probabilists' Gauss-Hermite)."""
-    x, w = np.polynomial.hermite.hermgauss(GH_POINTS)
-    return jnp.asarray(x * np.sqrt(2.0), dtype), jnp.asarray(w / np.sqrt(np.pi), dtype)
+    """Nodes and weights of E over a standard normal (EP's Gauss-Hermite rule, rescaled)."""
+    x, log_w = sites._hermite(GH_POINTS)
+    return jnp.asarray(x * np.sqrt(2.0), dtype), jnp.asarray(np.exp(log_w) / np.sqrt(np.pi), dtype)
 
 
 def expectations(problem, m, v):
