@@ -8,10 +8,10 @@ Archambeau 2009) with, there, ``tau_i = -E_q[h_i'']`` and ``nu_i = E_q[h_i'] + t
 (``m_i, v_i``: q's marginal of ``z_i``). Conjugate-computation VI (Khan & Lin 2017) steps the sites
 toward those targets, ``(tau, nu) <- (1 - r) (tau, nu) + r target``: a natural-gradient step of
 size ``r``. Here ``r`` starts at 1 and is halved until the ELBO (exact: Gauss-Hermite for
-``E_q[h]``, the KL to the prior in closed form) does not fall. The sites start at Laplace's (`start`):
-a Gaussian likelihood at its optimum, a probit GP classifier ~5 steps from it. Stochastic gradients on a whitened guide crawl
-on such posteriors (GP regression with noise 0.01: mean-field means 4.5-5.2 posterior sds off at
-20000 steps; issue 21).
+``E_q[h]``, the KL to the prior in closed form) does not fall. The sites start at Laplace's
+(`start`): a Gaussian likelihood at its optimum, a probit GP classifier 6-9 steps from it.
+Stochastic gradients on a whitened guide crawl on such posteriors (GP regression with noise
+0.01: mean-field means 4.5-5.2 posterior sds off at 20000 steps; issue 21).
 
 A non-log-concave likelihood (Student-t) has a negative expected curvature at outlying sites: their
 site precisions go negative, and the Gaussian is formed as EP's (`inference.ep.gaussian`: an LU of
@@ -38,9 +38,9 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from inference.ep.gaussian import site_alpha
 from inference import latent_newton
 from inference.ep import sites
+from inference.ep.gaussian import site_alpha
 from inference.ep.update import initial_sites, site_change
 from inference.latent_newton import log_lik
 
@@ -252,8 +252,8 @@ def recognised(model, args, kwargs, trace, seed, guide: str, white: list):
 def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps: int, num_samples: int,
               seed: int, progress: bool = False):
     """The `Posterior` of this VI (``engine="vi"``), or ``None`` where no valid Gaussian was found
-    (a non-finite ELBO): the caller then runs stochastic VI. ``tol`` is the site-change tolerance (floored at the working precision);
-    ``progress``: a bar over the fit's two stages (the steps, one compiled loop; the draws), shown
+    (a non-finite ELBO): the caller then runs stochastic VI. ``tol`` is the site-change tolerance
+    (floored at the working precision); ``progress``: a bar over the fit's two stages (the steps, one compiled loop; the draws), shown
     only once the fit has run for a second."""
     import warnings
 

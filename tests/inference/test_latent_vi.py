@@ -63,7 +63,8 @@ def test_natural_gradient_steps_reach_the_full_rank_elbo_optimum(x64):
     """A probit GP with offsets (function space, n = 6): q's mean, covariance and ELBO against a
     generic optimiser on the ELBO written out directly. float64: 1e-6; float32: the working
     precision's share (1e-3 of a marginal sd, 1e-4 of the ELBO)."""
-    m_ref, S_ref, elbo_ref = _reference_optimum(K6, jnp.eye(N), lambda e: log_ndtr(jnp.asarray(S6) * e), jnp.asarray(OFF6))
+    m_ref, S_ref, elbo_ref = _reference_optimum(K6, jnp.eye(N), lambda e: log_ndtr(jnp.asarray(S6) * e),
+                                                jnp.asarray(OFF6))
     with jax.enable_x64(x64):
         dtype = jnp.float64 if x64 else jnp.float32
         p = EPProblem("function", None, jnp.asarray(K6, dtype), jnp.asarray(OFF6, dtype),
