@@ -148,7 +148,8 @@ def pareto_k(log_w) -> float | None:
     weights; ``inf`` when the weights span more than float64 can hold (~700 nats: one draw carries
     all the weight, where PSIS's fit gave NaN). A diagnostic reported beside ``converged``, not part
     of it: k-hat from 1000 draws scatters around 0.7 on good fits (0.5-1.15 measured on mixtures
-    whose means are right).
+    whose means are right). One exception, `inference.vi`: SVI's Gaussian q of a whitened GP latent
+    with k > 1 is not converged (mean-field sds up to 7x off; good full-rank fits: 0.2-0.6).
 
     Example:
         >>> import numpy as np
