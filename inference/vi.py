@@ -78,7 +78,8 @@ def vi(
     """Fit ``guide`` to the posterior of ``model(*args, **kwargs)`` by maximising the ELBO.
 
     ``guide``: ``"normal"`` (mean-field), ``"mvn"`` (full-rank), ``"lowrank"``, ``"flow"`` (inverse
-    autoregressive flow) or any NumPyro guide; a named guide fits a multivariate-normal latent (a
+    autoregressive flow) or any NumPyro guide (not ``AutoLaplaceApproximation``, a point during SVI:
+    `inference.laplace` is the Laplace approximation); a named guide fits a multivariate-normal latent (a
     GP's ``f``) in whitened coordinates, ``f = loc + L z`` (`inference.whiten`). ``optimizer``: an Optax transformation (default Adam
     at ``learning_rate`` with plateau reductions). ``method``: ``"svi"``, or a coordinate-ascent
     scheme a model family offers (listed in ``model.vi_methods``); ``None`` (default): the family's
@@ -136,6 +137,12 @@ def vi(
         raise TypeError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
     if isinstance(guide, str) and guide not in GUIDES:
         raise ValueError(f"guide must be one of {sorted(GUIDES)} or a NumPyro guide, got {guide!r}")
+    if isinstance(guide, autoguide.AutoLaplaceApproximation):
+        # during SVI this guide is a point (a Delta at its loc); its Laplace approximation is built
+        # afterwards from the Hessian: drawn from the guide, every draw was the mode (sds 0)
+        raise ValueError("guide=AutoLaplaceApproximation: inference.vi draws from the fitted guide, which for "
+                         "this guide is a point mass at the mode (its Laplace approximation is built "
+                         "afterwards); use inference.laplace(model, ...) for the Laplace approximation")
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     _options.model_arguments(vi, model, args, kwargs)
     svi_options = dict(guide=(guide, "normal"), optimizer=(optimizer, None), learning_rate=(learning_rate, 0.01),

@@ -3,6 +3,7 @@
 import numpy as np
 import optax
 import pytest
+from numpyro.infer.autoguide import AutoLaplaceApproximation
 
 import inference
 import probmodels
@@ -57,6 +58,10 @@ def test_labels_accepted_in_every_coding():
         ("vi", {"steps": -5}, ValueError, "steps"),
         ("vi", {"learning_rate": 0.0}, ValueError, "learning_rate"),
         ("vi", {"method": "cavi"}, ValueError, "method"),
+        # a point mass during SVI (its Laplace approximation is built afterwards): every draw was
+        # the mode, sds 0, converged=True (session 66)
+        ("vi", {"guide": AutoLaplaceApproximation(probmodels.linear_regression)}, ValueError,
+         "AutoLaplaceApproximation.*inference.laplace"),
         ("laplace", {"num_samples": 0}, ValueError, "num_samples"),
         ("laplace", {"tol": -1.0}, ValueError, "tol"),
         ("mcmc", {"model_kwargs": {"noise_scale": 1.0}, "noise_scale": 2.0}, ValueError, "model_kwargs"),
