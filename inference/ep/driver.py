@@ -294,11 +294,17 @@ def _stable_log_q(rec, state, u_draws, lp, log_q, log_lik):
     weights to round-off. Returned: ``lp`` minus these weights (q's log density up to ``lp``'s
     round-off), where every term is finite; else ``log_q`` as given."""
     dtype = rec.problem.offset.dtype
-    u = np.asarray(u_draws).astype(dtype).astype(float)  # as the model saw them
-    z = (u - np.asarray(rec.m0, float)) @ np.asarray(rec.A, float).T
+    um = np.asarray(u_draws).astype(dtype).astype(float) - np.asarray(rec.m0, float)  # as the model saw them
+    A = np.asarray(rec.A, float)
     tau, nu = np.asarray(state.tau, float), np.asarray(state.nu, float)
-    loglik = sum(np.asarray(v, float).reshape(u.shape[0], -1).sum(axis=1) for v in log_lik.values())
-    log_w = loglik - (z * nu - 0.5 * tau * z * z).sum(axis=1)
+    if A.shape[0] <= A.shape[1]:  # no more sites than latent dimensions (a GP): z itself
+        z = um @ A.T
+        sites = z @ nu - 0.5 * (z * z) @ tau
+    else:  # many sites (a GLM): through A' nu and A' T A, no draws x sites array
+        sites = um @ (A.T @ nu) - 0.5 * np.sum((um @ (A.T @ (tau[:, None] * A))) * um, axis=1)
+    n = um.shape[0]
+    loglik = sum(np.asarray(v).reshape(n, -1).sum(axis=1, dtype=np.float64) for v in log_lik.values())
+    log_w = loglik - sites
     offset = np.asarray(lp, float) - np.asarray(log_q, float) - log_w
     if not (np.all(np.isfinite(log_w)) and np.all(np.isfinite(offset))):
         return log_q
