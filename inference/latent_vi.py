@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.scipy.linalg import cho_solve, solve_triangular
+from scipy.special import logsumexp
 
 from inference import latent_newton
 from inference.ep import sites
@@ -234,7 +235,7 @@ def recognised(model, args, kwargs, trace, seed, guide: str, white: list):
     multivariate normal among them (`inference.whiten` would whiten it), and every likelihood
     site differentiable."""
     from inference import _model, latent_newton
-    from inference.ep.recognise import recognise
+    from inference.ep.driver import recognition_kept
     from inference.trace_reading import GAUSSIAN_PRIORS, unwrap
 
     latent = _model.latent_sites(trace)
@@ -243,7 +244,7 @@ def recognised(model, args, kwargs, trace, seed, guide: str, white: list):
     if not all(isinstance(unwrap(trace[n]["fn"]), GAUSSIAN_PRIORS) for n in latent):
         return None
     try:
-        rec = recognise(model, args, kwargs, trace, seed=seed)
+        rec = recognition_kept(model, args, kwargs, trace, seed)  # EP's, kept per model and data
     except ValueError:  # not latent-Gaussian after all (a prior depending on a latent, ...)
         return None
     return rec if latent_newton.differentiable(rec.problem) else None
@@ -282,8 +283,7 @@ def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps:
     draws = gaussian_draws(model, args, kwargs, trace, rec, res, num_samples, seed)
     elbo = float(res.elbo) + rec.const_log_lik
     log_w = draws.lp - draws.log_q
-    top = np.max(log_w)
-    is_log_ev = float(top + np.log(np.mean(np.exp(log_w - top)))) if np.isfinite(top) else float(top)
+    is_log_ev = float(logsumexp(log_w) - np.log(len(log_w)))
     trace_elbo = np.asarray(res.trace)[:iterations] + rec.const_log_lik
     diagnostics = {
         "converged": convergence.vi(converged, elbo), "elbo": elbo, "elbo_trace": trace_elbo,

@@ -92,8 +92,8 @@ def vi(
     EP's recogniser: Gaussian priors, every likelihood site a smooth function of one projection)
     with ``guide="mvn"``, or ``"normal"`` where every latent is such a site, and no SVI option
     given (``method="svi"``, ``optimizer``, ``learning_rate``, ``num_particles``, ``check_every``):
-    q is the full-rank
-    Gaussian at the ELBO's optimum, found by natural-gradient steps in EP's site parameters
+    q is the full-rank Gaussian at the ELBO's optimum, found by natural-gradient steps in EP's site
+    parameters
     (`inference.latent_vi`; at most ``min(steps, 200)``, ``tol`` on the site change;
     ``diagnostics["updates"] == "natural-gradient"``). Mean-field SVI on a GP's whitened ``f``
     ended 4.5-5.2 posterior sds off at the step cap (GP regression, noise 0.01) or with sds up
@@ -183,7 +183,8 @@ def vi(
             f"site {discrete[0]!r} is a discrete latent: autoguides need continuous latents; "
             "marginalise it in the model (see inference.latent.recovered) or use inference.mcmc"
         )
-    svi_only = svi_asked or (optimizer, learning_rate, num_particles, check_every) != (None, 0.01, 1, 500)
+    # an SVI option given (its value not its default): stochastic VI, not `inference.latent_vi`
+    svi_only = svi_asked or any(v is not d and v != d for k, (v, d) in svi_options.items() if k != "guide")
     # at most `steps` ELBO steps, in whole chunks of check_every (a cap below it is one chunk):
     # the cap was rounded up to a chunk before (steps=10 ran 500 steps)
     check_every = min(check_every, steps)

@@ -197,7 +197,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
         post.diagnostics.update(_kernel_jitter(trace))
         return post
     _refuse_hyperparameters(model, args, kwargs, trace, seed)
-    rec = _recognition_kept(model, args, kwargs, trace, seed)
+    rec = recognition_kept(model, args, kwargs, trace, seed)
     tol = _options.working_tol(tol, rec.problem.offset.dtype)
     state, iterations, skipped, change, damping, schedule = _default_damping_run(rec.problem, schedule, damping,
                                                                                  tol, max_iter, progress)
@@ -361,7 +361,7 @@ def gaussian_fit(model, args, kwargs, *, schedule="parallel", damping=None, tol=
 MAX_KEPT_LATENT = 2000  # recognitions kept in memory only up to this latent size (its D x D prior, x3)
 
 
-def _recognition_kept(model, args, kwargs, trace, seed):
+def recognition_kept(model, args, kwargs, trace, seed):
     """`recognise`, kept per model computation and data contents (`inference.compiled.memo`): a
     fit with other options, seed or number of draws on the same model and data reads it once
     (~50 ms of a warm n = 500 GP classifier call). Not kept above `MAX_KEPT_LATENT` latent
