@@ -104,7 +104,18 @@ def mcmc(
 
     latent = set(_model.latent_sites(trace))
     loglik_flat, white = None, []
-    if _model.discrete_latent_sites(trace):
+    discrete = _model.discrete_latent_sites(trace)
+    enumerated = [name for name in discrete if (trace[name].get("infer") or {}).get("enumerate") == "parallel"]
+    if enumerated:
+        # NumPyro's Gibbs kernel leaves such sites to HMC's enumeration (funsor), which this
+        # library does not run: it failed inside NumPyro ("Block DiscreteGibbs owns no sites")
+        raise ValueError(
+            f"discrete latent site(s) {enumerated} are marked infer={{'enumerate': 'parallel'}}: inference.mcmc "
+            f"does not enumerate discrete sites (NumPyro's enumeration needs funsor); drop the mark to sample "
+            f"them by Gibbs steps beside NUTS, or sum them out in the model (a mixture distribution such as "
+            f"numpyro.distributions.MixtureSameFamily, as probmodels.gaussian_mixture does, and "
+            f"inference.latent.recovered to draw them per posterior draw)")
+    if discrete:
         samples_flat, sample_stats = _run_discrete(model, args, kwargs, target_accept, max_tree_depth, chain_method,
                                                    **common)
         sampler_name = "discrete-hmc-gibbs"
