@@ -504,7 +504,9 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
             ``E_q[-H]`` otherwise), its eigenvalues taken in absolute value."""
             if 4 * g.shape[-1] > pairs:  # a quarter of the pairs' count at most: a well-posed fit
                 return none(g)
-            B = jnp.linalg.solve(eps.T @ eps, eps.T @ dg)  # S H
+            keep = jnp.all(jnp.isfinite(dg), axis=1, keepdims=True)  # a pair off the density's domain
+            e, dg = jnp.where(keep, eps, 0.0), jnp.where(keep, dg, 0.0)  # stays out (as in `_stationarity`)
+            B = jnp.linalg.solve(e.T @ e, e.T @ dg)  # S H
             w, V = jnp.linalg.eigh(-(B * scale + (B * scale).T) / 2)
             w = jnp.maximum(jnp.abs(w), jnp.finfo(w.dtype).eps * jnp.max(jnp.abs(w)))
             step = (((g * scale) @ V) / w) @ V.T  # Q^-1 S g = S^-1 P^-1 g

@@ -132,6 +132,22 @@ def test_a_mean_field_mean_off_along_a_flat_joint_direction_is_flagged(x64):
     assert at["at_optimum"] and at["joint_offset_sd"] < 5e-3, at
 
 
+def _cut():  # N(0, I), its gradient undefined (NaN) beyond x0 = 2.9: a few of q's pairs land there
+    x = numpyro.sample("x", dist.Normal(jnp.zeros(2), 1.0).to_event(1))
+    numpyro.factor("cut", jnp.where(x[0] > 2.9, jnp.nan, 0.0) * x[0])
+
+
+def test_a_pair_off_the_density_s_domain_is_left_out_of_the_joint_step():
+    # q = the target: 2 of 512 pairs have a NaN gradient (under the 1% `_stationarity` allows).
+    # The joint step's curvature is a least-squares fit over all pairs: without leaving those
+    # out, every pair's joint step was NaN and the check failed (finite_pairs 0)
+    c, o, j, s = _check(_cut, AutoDiagonalNormal, np.zeros(2), np.ones(2), joint=True)
+    bad = ~np.all(np.isfinite(c), axis=1)
+    assert 0 < bad.sum() < 0.01 * len(c)
+    np.testing.assert_array_equal(~np.all(np.isfinite(j), axis=1), bad)
+    assert s["at_optimum"] and s["finite_pairs"] == len(c) - bad.sum(), s
+
+
 # a target inside the rank-1 family: Sigma = S (W W' + I) S
 LR_S, LR_W = np.array([0.5, 2.0, 0.1]), np.array([[1.0], [-0.5], [2.0]])
 LR_COV = np.diag(LR_S) @ (LR_W @ LR_W.T + np.eye(3)) @ np.diag(LR_S)
