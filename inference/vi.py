@@ -474,8 +474,8 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
       does not see a nearly flat joint direction: on the centred eight-schools model mean-field
       SVI stalled with ``mu`` at 0.6 +- 0.6 where the posterior has 4.4 +- 3.3 (each
       coordinate's own step small; the common move of ``mu`` and the ``theta``s, nearly flat,
-      not) and said converged. (A full-rank, low-rank or flow
-      q's ``o`` is already a joint step: ``Sigma E[g]`` with its full ``Sigma``.)
+      not) and said converged. (A full-rank, low-rank or flow q's ``o`` is already a joint
+      step: ``Sigma E[g]`` with its full ``Sigma``.)
 
     An ELBO plateau can hide a q far from both (a tight posterior fitted from wide scales: the
     noisy ELBO changes less per chunk than its noise while the scales still drift). Returns the
@@ -560,7 +560,8 @@ def _stationarity(c, o, joint=None) -> dict:
     c, o, joint = c[ok], o[ok], joint[ok]
     cm, cs = c.mean(0), c.std(0, ddof=1) / np.sqrt(n)
     om, osd = o.mean(0), o.std(0, ddof=1) / np.sqrt(n)
-    z = float(ndtri(1.0 - 0.005 / (2 * dim)))  # 1% over every test, two per coordinate
+    tests = 2 if joint.shape[1] == 0 else 3  # per coordinate: scale, mean, joint mean
+    z = float(ndtri(1.0 - 0.005 / (tests * dim)))  # 1% over every test (two-sided)
     r2 = SCALE_OFF ** 2
     too_wide = cm - z * cs > r2
     too_narrow = cm + z * cs < 1.0 / r2
