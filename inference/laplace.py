@@ -124,9 +124,10 @@ def laplace(
     discrete = _model.discrete_latent_sites(trace)
     if _special.has_spike_and_slab(trace) or discrete:
         name = discrete[0] if discrete else "z"
-        raise ValueError(
-            f"site {name!r} is discrete: the Laplace approximation needs continuous latents; use "
-            "inference.mcmc, inference.vi or inference.ep")
+        other = ("inference.mcmc, inference.vi or inference.ep" if _special.has_spike_and_slab(trace) else
+                 "inference.mcmc (Gibbs steps for it) or, when every latent site is discrete with a finite "
+                 "support, inference.exact; or sum it out in the model (see inference.latent.recovered)")
+        raise ValueError(f"site {name!r} is discrete: the Laplace approximation needs continuous latents; use {other}")
     if _special.has_noisy_step(trace):
         raise ValueError("the noisy-step likelihood has no curvature (a step function): the Laplace "
                          "approximation does not apply; use inference.ep or inference.mcmc")

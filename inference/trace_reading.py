@@ -61,8 +61,11 @@ def check_gaussian_prior(name, site, who: str = "EP", advice: str = ""):
     base = unwrap(fn)
     tail = f"; {advice}" if advice else ""
     if getattr(fn.support, "is_discrete", False):
+        # (the other continuous engines need continuous latents too: ``advice`` does not apply)
         raise ValueError(f"latent site {name!r} is discrete ({type(base).__name__}); {who} needs Gaussian latent "
-                         f"sites (Normal / MultivariateNormal); marginalise it in the model{tail}")
+                         f"sites (Normal / MultivariateNormal); marginalise it in the model, or use inference.mcmc "
+                         f"(Gibbs steps for it) or, when every latent site is discrete with a finite support, "
+                         f"inference.exact")
     if not isinstance(base, GAUSSIAN_PRIORS):
         raise ValueError(f"latent site {name!r} has a {type(base).__name__} prior; {who} needs a Gaussian prior "
                          f"(Normal / MultivariateNormal) on every latent site: fix its value as a model argument{tail}")

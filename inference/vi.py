@@ -181,7 +181,8 @@ def vi(
     if discrete:
         raise ValueError(
             f"site {discrete[0]!r} is a discrete latent: autoguides need continuous latents; "
-            "marginalise it in the model (see inference.latent.recovered) or use inference.mcmc"
+            "marginalise it in the model (see inference.latent.recovered), or use inference.mcmc (Gibbs steps for "
+            "it) or, when every latent site is discrete with a finite support, inference.exact"
         )
     # an SVI option given (its value not its default): stochastic VI, not `inference.latent_vi`
     svi_only = svi_asked or any(v is not d and v != d for k, (v, d) in svi_options.items() if k != "guide")

@@ -140,3 +140,16 @@ def test_laplace_without_a_valid_start_raises_numpyros_error():
 
     with pytest.raises(RuntimeError, match="Cannot find valid initial parameters"):
         inference.laplace(nowhere, np.zeros(3))
+
+
+@pytest.mark.parametrize("engine", ["vi", "laplace", "ep"])
+def test_a_discrete_model_s_refusal_points_to_the_engines_that_take_it(engine):
+    # Alpaydin's sprinkler network (every latent discrete): the refusals named engines that refuse
+    # it too (Laplace: "use inference.mcmc, inference.vi or inference.ep"; EP: "use
+    # inference.laplace, inference.vi or inference.mcmc"); now inference.mcmc and inference.exact
+    from probmodels.bayes_net import SPRINKLER
+
+    net = probmodels.bayes_net(SPRINKLER)
+    with pytest.raises(ValueError, match=r"discrete.*inference\.mcmc \(Gibbs steps for it\).*inference\.exact") as err:
+        getattr(inference, engine)(net, W=1, progress=False)
+    assert "inference.vi or" not in str(err.value) and "inference.laplace," not in str(err.value)
