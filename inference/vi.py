@@ -49,6 +49,9 @@ GUIDES = {
 LR_LEVELS = (1.0, 0.1, 0.01)
 # Antithetic pairs of draws of q for the optimum check of the autoguides (`_stationarity_fn`).
 STATIONARITY_PAIRS = 256
+# A mean-field q's check draws 4 pairs per coordinate (its joint Newton step fits the curvature to
+# them), up to this many: the joint step covers up to MAX_PAIRS / 4 coordinates.
+MAX_PAIRS = 2048
 # q is "at its optimum" unless, beyond Monte Carlo error, a coordinate's scale is off by more than
 # this factor from the one its own curvature asks for, or its mean is further than MEAN_OFF sds
 # from where one Newton step would put it.
@@ -262,7 +265,7 @@ def vi(
             return state, losses, jax.tree.map(lambda t: t / check_every, total)
 
         return _Programs(init, run_chunk, _draw_fn(model, svi_for, model_inputs, num_samples, fit_model, white),
-                         _stationarity_fn(svi_for, model_inputs, fit_model, STATIONARITY_PAIRS))
+                         _stationarity_fn(svi_for, model_inputs, fit_model, STATIONARITY_PAIRS, MAX_PAIRS))
 
     start_strategy = _model.site_init(init_to_prior_mean)
     if mesh is not None:  # sharded data cross the jit boundary as arguments (GSPMD splits the rows)
@@ -445,7 +448,7 @@ def _flow_guide(guide) -> bool:
     return guide == "flow" if isinstance(guide, str) else isinstance(guide, autoguide.AutoIAFNormal)
 
 
-def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
+def _stationarity_fn(svi_for, model_inputs, fit_model, pairs, max_pairs=None):
     """The ELBO's first-order optimum conditions for a Gaussian ``q = N(m, L L')`` over the
     unconstrained latent ``z``, as effect sizes per coordinate, from ``pairs`` antithetic pairs
     ``m +- L eps``. With ``g = grad log p(z)`` (Stein's lemma):
@@ -469,7 +472,8 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
     draws (antithetic in ``eps``: ``T(eps)``, ``T(-eps)``). A q held off by the clip fails it.
 
     - for a mean-field q (``Sigma`` diagonal: ``o`` is a step of each coordinate alone) with up
-      to ``pairs / 4`` coordinates (64 in `inference.vi`), ``n_i = (P^-1 E[g])_i /
+      to ``max_pairs / 4`` coordinates (the pairs raised to 4 per coordinate, up to ``max_pairs``;
+      512 coordinates in `inference.vi`), ``n_i = (P^-1 E[g])_i /
       sqrt((P^-1)_ii)``: the joint Newton step of the mean in the marginal sds of ``P^-1``,
       ``P = E_q[-H]`` estimated from the pairs' gradient differences; 0 at the optimum. ``o``
       does not see a nearly flat joint direction: on the centred eight-schools model mean-field
@@ -503,7 +507,7 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
             ``P^-1``, the curvature in q's scaled coordinates ``Q = S P S`` from the pairs' secants
             (``dg = E S H`` for ``P = -H``, by least squares: exact for a Gaussian posterior,
             ``E_q[-H]`` otherwise), its eigenvalues taken in absolute value."""
-            if 4 * g.shape[-1] > pairs:  # a quarter of the pairs' count at most: a well-posed fit
+            if 4 * g.shape[-1] > g.shape[0]:  # a quarter of the pairs' count at most: a well-posed fit
                 return none(g)
             keep = jnp.all(jnp.isfinite(dg), axis=1, keepdims=True)  # a pair off the density's domain
             e, dg = jnp.where(keep, eps, 0.0), jnp.where(keep, dg, 0.0)  # stays out (as in `_stationarity`)
@@ -524,8 +528,10 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs):
             c = -(gp * (zp - m) + gm * (zm - m)) / 2
             return c, ((gp + gm) / 2 @ cov) / jnp.sqrt(jnp.diagonal(cov)), none(gp)
         loc = q.loc
-        eps = jax.random.normal(key, (pairs,) + loc.shape, loc.dtype)
         full = isinstance(q, (dist.MultivariateNormal, dist.LowRankMultivariateNormal))
+        # a mean-field q's joint step fits its curvature to the pairs: 4 per coordinate at least
+        n = pairs if full else max(pairs, min(4 * loc.shape[-1], max_pairs or pairs))
+        eps = jax.random.normal(key, (n,) + loc.shape, loc.dtype)
         L = q.scale_tril if full else None  # low rank: the Cholesky factor of W W' + D
         d = eps @ L.T if full else eps * q.scale
         gp, gm = jax.vmap(grad_log_p)(loc + d), jax.vmap(grad_log_p)(loc - d)

@@ -132,6 +132,37 @@ def test_a_mean_field_mean_off_along_a_flat_joint_direction_is_flagged(x64):
     assert at["at_optimum"] and at["joint_offset_sd"] < 5e-3, at
 
 
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
+def test_a_mean_field_check_draws_pairs_enough_for_its_joint_step_in_100_coordinates(x64):
+    # 100 coordinates with correlation 0.99 (a hierarchical model's group effects and their mean
+    # move together): q at the mean-field scales, its mean 0.5 marginal sds off along (1, ..., 1).
+    # The check's 256 pairs fitted at most 64 coordinates' curvature, so such a q passed (a
+    # centred 100-group model: tau 1.06-1.16 where the mean-field optimum has 2.15, converged);
+    # it now draws 4 pairs per coordinate (400, up to MAX_PAIRS) and sees the joint step.
+    dim, rho = 100, 0.99
+    cov = (1 - rho) * np.eye(dim) + rho * np.ones((dim, dim))
+
+    def model():
+        numpyro.sample("x", dist.MultivariateNormal(jnp.zeros(dim), jnp.asarray(cov)))
+
+    with jax.enable_x64(x64):
+        guide = AutoDiagonalNormal(model)
+        svi = SVI(model, guide, optax_to_numpyro(optax.adam(1e-3)), Trace_ELBO())
+        raw = dict(vi_module._raw(svi.init(jax.random.PRNGKey(0))))
+        dt = raw["auto_loc"].dtype
+        scale = 1 / np.sqrt(np.diag(np.linalg.inv(cov)))
+        raw["auto_loc"], raw["auto_scale"] = jnp.full(dim, 0.5, dt), jnp.asarray(np.log(np.expm1(scale)), dt)
+        fn = vi_module._stationarity_fn(lambda a, kw: svi, lambda d: ((), {}), model, vi_module.STATIONARITY_PAIRS,
+                                        vi_module.MAX_PAIRS)
+        c, o, j = fn(raw, jax.random.PRNGKey(1), None)
+    s = vi_module._stationarity(c, o, j)
+    assert c.shape == (4 * dim, dim) and j.shape == (4 * dim, dim)
+    assert s["mean_offset_sd"] < 0.01, s  # each coordinate's own step sees nothing
+    tol = 1e-3 if x64 else 2e-2
+    np.testing.assert_allclose(np.asarray(j).mean(0), -0.5, atol=tol)
+    assert not s["at_optimum"] and abs(s["joint_offset_sd"] - 0.5) < tol, s
+
+
 def _cut():  # N(0, I), its gradient undefined (NaN) beyond x0 = 2.9: a few of q's pairs land there
     x = numpyro.sample("x", dist.Normal(jnp.zeros(2), 1.0).to_event(1))
     numpyro.factor("cut", jnp.where(x[0] > 2.9, jnp.nan, 0.0) * x[0])
