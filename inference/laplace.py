@@ -36,6 +36,7 @@ from numpyro.infer.util import constrain_fn, initialize_model, potential_energy
 from numpyro.infer import init_to_value
 
 from inference import _model, _options, _special, compiled, convergence, latent_newton, sharding
+from inference.trace_reading import DISCRETE_ADVICE
 from inference.hyper import sites as hyper_sites
 from inference.latent import init_to_prior_mean
 from inference.posterior import Posterior
@@ -125,8 +126,7 @@ def laplace(
     if _special.has_spike_and_slab(trace) or discrete:
         name = discrete[0] if discrete else "z"
         other = ("inference.mcmc, inference.vi or inference.ep" if _special.has_spike_and_slab(trace) else
-                 "inference.mcmc (Gibbs steps for it) or, when every latent site is discrete with a finite "
-                 "support, inference.exact; or sum it out in the model (see inference.latent.recovered)")
+                 f"{DISCRETE_ADVICE}; or sum it out in the model (see inference.latent.recovered)")
         raise ValueError(f"site {name!r} is discrete: the Laplace approximation needs continuous latents; use {other}")
     if _special.has_noisy_step(trace):
         raise ValueError("the noisy-step likelihood has no curvature (a step function): the Laplace "

@@ -254,8 +254,8 @@ def posterior(model, args, kwargs, trace, rec, *, guide: str, tol: float, steps:
               seed: int, progress: bool = False):
     """The `Posterior` of this VI (``engine="vi"``), or ``None`` where no valid Gaussian was found
     (a non-finite ELBO): the caller then runs stochastic VI. ``tol`` is the site-change tolerance
-    (floored at the working precision); ``progress``: a bar over the fit's two stages (the steps, one compiled loop; the draws), shown
-    only once the fit has run for a second."""
+    (floored at the working precision); ``progress``: a bar over the fit's two stages (the steps,
+    one compiled loop; the draws), shown only once the fit has run for a second."""
     import warnings
 
     from inference import _model, _options, convergence

@@ -30,6 +30,10 @@ from scipy.linalg import block_diag
 
 from inference import compiled
 
+# What to use for a discrete latent site, said by every continuous engine that refuses one.
+DISCRETE_ADVICE = ("inference.mcmc (Gibbs steps for it) or, when every latent site is discrete with a finite "
+                   "support, inference.exact")
+
 GAUSSIAN_PRIORS = (dist.Normal, dist.MultivariateNormal, dist.LowRankMultivariateNormal)
 _WRAPPERS = (dist.Independent, dist.ExpandedDistribution, dist.MaskedDistribution)
 
@@ -63,9 +67,7 @@ def check_gaussian_prior(name, site, who: str = "EP", advice: str = ""):
     if getattr(fn.support, "is_discrete", False):
         # (the other continuous engines need continuous latents too: ``advice`` does not apply)
         raise ValueError(f"latent site {name!r} is discrete ({type(base).__name__}); {who} needs Gaussian latent "
-                         f"sites (Normal / MultivariateNormal); marginalise it in the model, or use inference.mcmc "
-                         f"(Gibbs steps for it) or, when every latent site is discrete with a finite support, "
-                         f"inference.exact")
+                         f"sites (Normal / MultivariateNormal); marginalise it in the model, or use {DISCRETE_ADVICE}")
     if not isinstance(base, GAUSSIAN_PRIORS):
         raise ValueError(f"latent site {name!r} has a {type(base).__name__} prior; {who} needs a Gaussian prior "
                          f"(Normal / MultivariateNormal) on every latent site: fix its value as a model argument{tail}")

@@ -39,6 +39,7 @@ from inference import _model, _options, _special, compiled, convergence, shardin
 from inference.latent import init_to_prior_mean
 from inference.posterior import Posterior
 from inference.progress import Bar
+from inference.trace_reading import DISCRETE_ADVICE
 
 GUIDES = {
     "normal": autoguide.AutoDiagonalNormal,
@@ -81,9 +82,9 @@ def vi(
     """Fit ``guide`` to the posterior of ``model(*args, **kwargs)`` by maximising the ELBO.
 
     ``guide``: ``"normal"`` (mean-field), ``"mvn"`` (full-rank), ``"lowrank"``, ``"flow"`` (inverse
-    autoregressive flow) or any NumPyro guide (not ``AutoLaplaceApproximation``, a point during SVI:
-    `inference.laplace` is the Laplace approximation); a named guide fits a multivariate-normal latent (a
-    GP's ``f``) in whitened coordinates, ``f = loc + L z`` (`inference.whiten`). ``optimizer``: an Optax transformation (default Adam
+    autoregressive flow) or any NumPyro guide (not ``AutoLaplaceApproximation``, a point during
+    SVI: `inference.laplace` is the Laplace approximation); a named guide fits a multivariate-normal
+    latent (a GP's ``f``) in whitened coordinates, ``f = loc + L z`` (`inference.whiten`). ``optimizer``: an Optax transformation (default Adam
     at ``learning_rate`` with plateau reductions). ``method``: ``"svi"``, or a coordinate-ascent
     scheme a model family offers (listed in ``model.vi_methods``); ``None`` (default): the family's
     ``"default"`` scheme where it lists one (LDA: online VB), else ``"svi"``. ``shard_data``: ``True`` (all
@@ -96,8 +97,7 @@ def vi(
     with ``guide="mvn"``, or ``"normal"`` where every latent is such a site, and no SVI option
     given (``method="svi"``, ``optimizer``, ``learning_rate``, ``num_particles``, ``check_every``):
     q is the full-rank Gaussian at the ELBO's optimum, found by natural-gradient steps in EP's site
-    parameters
-    (`inference.latent_vi`; at most ``min(steps, 200)``, ``tol`` on the site change;
+    parameters (`inference.latent_vi`; at most ``min(steps, 200)``, ``tol`` on the site change;
     ``diagnostics["updates"] == "natural-gradient"``). Mean-field SVI on a GP's whitened ``f``
     ended 4.5-5.2 posterior sds off at the step cap (GP regression, noise 0.01) or with sds up
     to 7x off. Non-log-concave likelihoods (Student-t) are handled (negative site precisions).
@@ -184,8 +184,7 @@ def vi(
     if discrete:
         raise ValueError(
             f"site {discrete[0]!r} is a discrete latent: autoguides need continuous latents; "
-            "marginalise it in the model (see inference.latent.recovered), or use inference.mcmc (Gibbs steps for "
-            "it) or, when every latent site is discrete with a finite support, inference.exact"
+            f"marginalise it in the model (see inference.latent.recovered), or use {DISCRETE_ADVICE}"
         )
     # an SVI option given (its value not its default): stochastic VI, not `inference.latent_vi`
     svi_only = svi_asked or any(v is not d and v != d for k, (v, d) in svi_options.items() if k != "guide")
@@ -473,13 +472,12 @@ def _stationarity_fn(svi_for, model_inputs, fit_model, pairs, max_pairs=None):
 
     - for a mean-field q (``Sigma`` diagonal: ``o`` is a step of each coordinate alone) with up
       to ``max_pairs / 4`` coordinates (the pairs raised to 4 per coordinate, up to ``max_pairs``;
-      512 coordinates in `inference.vi`), ``n_i = (P^-1 E[g])_i /
-      sqrt((P^-1)_ii)``: the joint Newton step of the mean in the marginal sds of ``P^-1``,
-      ``P = E_q[-H]`` estimated from the pairs' gradient differences; 0 at the optimum. ``o``
-      does not see a nearly flat joint direction: on the centred eight-schools model mean-field
-      SVI stalled with ``mu`` at 0.6 +- 0.6 where the posterior has 4.4 +- 3.3 (each
-      coordinate's own step small; the common move of ``mu`` and the ``theta``s, nearly flat,
-      not) and said converged. (A full-rank, low-rank or flow q's ``o`` is already a joint
+      512 coordinates in `inference.vi`), ``n_i = (P^-1 E[g])_i / sqrt((P^-1)_ii)``: the
+      joint Newton step of the mean in the marginal sds of ``P^-1``, ``P = E_q[-H]`` estimated
+      from the pairs' gradient differences; 0 at the optimum. ``o`` does not see a nearly flat
+      joint direction: on the centred eight-schools model mean-field SVI stalled with ``mu`` at
+      0.6 +- 0.6 where the posterior has 4.4 +- 3.3 (each coordinate's own step small; the
+      common move of ``mu`` and the ``theta``s, nearly flat, not) and said converged. (A full-rank, low-rank or flow q's ``o`` is already a joint
       step: ``Sigma E[g]`` with its full ``Sigma``.)
 
     An ELBO plateau can hide a q far from both (a tight posterior fitted from wide scales: the
