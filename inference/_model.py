@@ -107,6 +107,21 @@ def trace_model(model, args, kwargs, seed: int = 0, recover: bool = False) -> Or
             return handlers.trace(sub).get_trace(*args, **kwargs)
 
 
+def refuse_subsampling(trace: OrderedDict, engine: str) -> None:
+    """A ValueError naming a plate of ``trace`` that draws a subsample of the data
+    (``numpyro.plate(..., subsample_size=...)``): NUTS, Laplace, EP and exact inference need the
+    exact log density, and VI's convergence check, Pareto k and draws too, so ``engine`` refuses
+    the plate before any work instead of fitting one random subsample (or failing after the fit)."""
+    for name, site in trace.items():
+        if site["type"] != "plate" or len(site["args"]) != 2 or site["args"][1] is None:
+            continue
+        size, subsample = (int(a) for a in site["args"])
+        if subsample < size:
+            raise ValueError(
+                f"plate {name!r} draws a subsample of the data (subsample_size={subsample} of {size}): {engine} "
+                "fits the whole data set; drop subsample_size (minibatch SVI: NumPyro's SVI)")
+
+
 def structure_trace(model, args, kwargs, seed: int = 0) -> OrderedDict:
     """The model's sites without running it op by op: one abstract trace (``jax.eval_shape``) with
     the data closed over, so the model's own checks of its concrete inputs still raise first.

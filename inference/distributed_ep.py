@@ -145,6 +145,7 @@ def distributed_ep(model, *args, num_shards: int = 4, local_engine: str = "ep", 
     _options.model_arguments(distributed_ep, model, args, kwargs)
 
     trace = _model.trace_model(model, args, kwargs, seed)
+    _model.refuse_subsampling(trace, "inference.distributed_ep")
     latent = _model.latent_sites(trace)
     if len(latent) != 1:
         raise ValueError(f"distributed_ep needs exactly one latent site (a Gaussian vector); the model "

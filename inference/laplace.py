@@ -119,6 +119,7 @@ def laplace(
     # the sites from one abstract trace (the model's own input checks still raise first); an eager
     # one paid a compilation per operation in a new process. Sharding reads concrete observations.
     trace = (_model.structure_trace if mesh is None else _model.trace_model)(model, args, kwargs, seed)
+    _model.refuse_subsampling(trace, "inference.laplace")
     latent = _model.latent_sites(trace)
     if not latent:
         raise ValueError("model has no latent sample sites: nothing to infer")

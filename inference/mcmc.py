@@ -76,6 +76,7 @@ def mcmc(
     kwargs = _options.model_kwargs(kwargs, model_kwargs)
     _options.model_arguments(mcmc, model, args, kwargs)
     trace = _model.structure_trace(model, args, kwargs, seed)
+    _model.refuse_subsampling(trace, "inference.mcmc")
     if not _model.latent_sites(trace):
         raise ValueError("model has no latent sample sites: nothing to infer")
     if _special.has_spike_and_slab(trace) or _special.has_noisy_step(trace):

@@ -159,6 +159,8 @@ def vi(
     # the sites from one abstract trace (the model's own input checks still raise first); an eager
     # one paid a compilation per operation in a new process
     trace = _model.structure_trace(model, args, kwargs, seed)
+    if method == "svi":  # a family's own scheme says what it does with a subsample (LDA's stochastic VI)
+        _model.refuse_subsampling(trace, "inference.vi")
     if not _model.latent_sites(trace):
         raise ValueError("model has no latent sample sites: nothing to infer")
     if mesh is not None and method != "svi":

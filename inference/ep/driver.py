@@ -25,7 +25,7 @@ import numpy as np
 import numpyro
 
 from inference import _options, _special, compiled, convergence, exported
-from inference._model import finish_samples, log_joint, observed_sites, structure_trace, support_point, trace_model
+from inference._model import finish_samples, log_joint, observed_sites, refuse_subsampling, structure_trace, support_point, trace_model
 from inference.ep.evidence import log_evidence
 from inference.ep.gaussian import site_moments, to_latent
 from inference.ep.predict import make_predictor, robust_cholesky
@@ -153,6 +153,7 @@ def ep(model, *args, schedule: str = "parallel", damping: float | None = None, t
     # values only. An eager run compiled each operation of the model apart (~1.5 s of a GP
     # classifier's first fit: its prior draw, its Cholesky, log_ndtr of the draw)
     trace = structure_trace(model, args, kwargs, seed)
+    refuse_subsampling(trace, "inference.ep")
     options = dict(schedule=schedule, damping=damping, tol=tol, max_iter=max_iter,
                    num_samples=num_samples, seed=seed, progress=progress)
     hook = _dispatch(trace)

@@ -64,6 +64,7 @@ def _problem(model, args, kwargs, seed, xp=np) -> _Problem:
         return _Problem(graph, tuple(xp.asarray(t, dtype) for t in tables), tuple(np.asarray(s) for s in supports),
                         observed)
     trace = factors.structure_trace(model, args, kwargs, seed)  # the model's own checks raise first
+    _model.refuse_subsampling(trace, "inference.exact")
     names, _, _ = factors.check_sites(trace)
     if not names:
         raise ValueError("model has no latent sample sites: nothing to infer")

@@ -153,3 +153,26 @@ def test_a_discrete_model_s_refusal_points_to_the_engines_that_take_it(engine):
     with pytest.raises(ValueError, match=r"discrete.*inference\.mcmc \(Gibbs steps for it\).*inference\.exact") as err:
         getattr(inference, engine)(net, W=1, progress=False)
     assert "inference.vi or" not in str(err.value) and "inference.laplace," not in str(err.value)
+
+
+def _subsampled(x):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("data", x.shape[0], subsample_size=50) as idx:
+        numpyro.sample("x", dist.Normal(mu, 1.0), obs=jnp.asarray(x)[idx])
+
+
+@pytest.mark.parametrize("engine", ["mcmc", "vi", "laplace", "ep", "exact", "distributed_ep"])
+def test_a_subsampling_plate_is_refused_naming_it_before_any_work(engine, monkeypatch):
+    # NUTS, Laplace and EP failed inside NumPyro with "Algorithms like HMC/NUTS do not support
+    # subsampling. You might want to use SVI"; inference.vi ran its whole fit, then failed in its
+    # optimum check with the same advice to use SVI
+    import jax
+
+    monkeypatch.setattr(jax, "jit", None)  # the refusal comes before any compilation
+    x = np.random.default_rng(0).normal(1.0, 1.0, size=200)
+    with pytest.raises(ValueError, match=rf"plate 'data' draws a subsample .*50 of 200.*inference\.{engine} fits the whole"):
+        getattr(inference, engine)(_subsampled, x)
