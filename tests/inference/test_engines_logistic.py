@@ -102,3 +102,42 @@ def test_datatree_groups_and_dims(fits):
         assert dt["posterior"]["w"].dims[:2] == ("chain", "draw")
         assert dt["log_likelihood"]["y"].shape[-1] == 500
         assert dt.attrs["inference_engine"] == engine
+
+
+def _scaled_logistic(X, y, prior_sd):
+    import numpyro
+    import numpyro.distributions as dist
+
+    b0 = numpyro.sample("b0", dist.Normal(0.0, 10.0))
+    w = numpyro.sample("w", dist.Normal(0.0, prior_sd).to_event(1))
+    numpyro.sample("y", dist.Bernoulli(logits=b0 + X @ w), obs=y)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_laplace_in_badly_scaled_units_is_the_same_fit(dtype):
+    # A user's logistic regression on raw covariates (ages 20-80, incomes ~5e4) with the prior
+    # scaled to the units is the same posterior as in standardised units (w_income / 1e4): Laplace
+    # is affine-equivariant, so it must give the same fit up to the working precision. It raised
+    # SingularHessianError (eigenvalues 3.7 and 2e11, a well-posed problem) in both dtypes, and in
+    # float64 at incomes ~500 its Newton search stopped at the zero start (NumPyro's
+    # Bernoulli(logits) has a wrong derivative at logits exactly 0): intercept -0.01 for -3.72
+    import jax
+
+    rng = np.random.default_rng(1)
+    age, income = rng.uniform(20, 80, 300), rng.normal(5.0, 1.5, 300)
+    y = (rng.uniform(size=300) < 1 / (1 + np.exp(4 - 0.06 * age - 0.2 * income))).astype(int)
+    with jax.enable_x64(dtype == "float64"):
+        fit = {s: inference.laplace(_scaled_logistic, np.column_stack([age, income * s]), y,
+                                    np.array([1.0, 1.0 / s]), num_samples=4000, seed=0) for s in (1.0, 1e2, 1e4)}
+        for s, post in fit.items():
+            assert post.diagnostics["converged"], s
+            loc = np.asarray(post.approximation["loc"], float) * np.array([1.0, 1.0, s])
+            sd = np.sqrt(np.diag(post.approximation["cov"])) * np.array([1.0, 1.0, s])
+            loc1, sd1 = (np.asarray(fit[1.0].approximation["loc"], float),
+                         np.sqrt(np.diag(fit[1.0].approximation["cov"])))
+            # float64: to round-off; float32: each mode search stops within its tolerance (~0.05 sd)
+            tol = 1e-6 if dtype == "float64" else 0.1
+            np.testing.assert_allclose(loc, loc1, atol=tol * np.max(sd1))
+            np.testing.assert_allclose(sd, sd1, rtol=tol)
+            w = np.asarray(post.samples["w"], float).reshape(-1, 2)[:, 1] * s
+            assert abs(w.mean() - loc1[2]) < 0.1 * sd1[2] and np.isfinite(w).all()
