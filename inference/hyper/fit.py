@@ -77,10 +77,14 @@ def programs(model, hs, model_inputs, evidence, draw, unravel_latent) -> Program
 
 def run(model, args, kwargs, trace, hs, hyper: str, progs: Programs, data, warm0, phi0, *,
         engine: str, num_samples: int, seed: int, tol: float, max_iter: int, diagnostics=None,
-        approximation=None) -> Posterior:
-    """The mode, the design (``"integrate"``), the draws and the `Posterior` (module docstring)."""
+        approximation=None, loosen=None) -> Posterior:
+    """The mode, the design (``"integrate"``), the draws and the `Posterior` (module docstring).
+    ``loosen(data, grad_norm) -> data``: the engine's data for a line-search trial point of the
+    search (`optimize.maximize`'s ``loose``), or None."""
     vg = lambda phi, warm: progs.value_and_grad(jnp.asarray(phi), warm, data)  # noqa: E731
-    mode = optimize.maximize(vg, phi0, warm0, tol=tol, max_iter=max_iter)
+    loose = None if loosen is None else (
+        lambda phi, warm, g_norm: progs.value_and_grad(jnp.asarray(phi), warm, loosen(data, g_norm)))
+    mode = optimize.maximize(vg, phi0, warm0, tol=tol, max_iter=max_iter, loose=loose)
     if not np.isfinite(mode.value):
         raise FloatingPointError("the hyperparameters' log posterior is not finite at the mode found")
     k = mode.phi.size

@@ -11,7 +11,12 @@ factor e^2 on a log-scale parameter), with Armijo backtracking. It stops when th
 BFGS's estimate (converged; checked by central differences of the gradient, ``2k`` evaluations,
 at most ``MAX_CHECKS`` times; a Hessian with a clearly negative eigenvalue there is a saddle, not
 converged), when no step along the direction improves ``F`` (stalled), or after ``max_iter``
-iterations.
+iterations. ``loose(phi, warm, grad_norm)``, when given, evaluates each line search's full step
+instead: an engine may run its inner fixed point there to a tolerance that follows the gradient
+norm of the last accepted point (EP's sweeps, `inference.hyper.ep_fit.loosen`). A full step that
+fails is searched again exactly (from the current point evaluated exactly, where a loose value
+put it), and a point is evaluated exactly before the search judges it converged or stops; the
+Hessian checks are exact.
 
 Example (a concave quadratic, its own gradient exact):
     >>> import numpy as np
@@ -56,7 +61,8 @@ def _host(out):
     return float(F), np.asarray(g, dtype=np.float64), warm, bool(ok), float(log_z)
 
 
-def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step: float = 2.0) -> MapResult:
+def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step: float = 2.0,
+             loose=None) -> MapResult:
     """BFGS from ``phi0`` (module docstring). Raises FloatingPointError when ``F`` or its
     gradient is not finite at the start (a hyperparameter value the engine cannot handle)."""
     dtype = np.asarray(phi0).dtype
@@ -69,6 +75,7 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
     k = phi.size
     Hinv = np.eye(k)
     trace, evaluations, stalled, gain = [F], 1, False, np.inf
+    exact = True  # the current point was evaluated by value_and_grad (not `loose`)
 
     def small(gain, F):
         return gain <= max(tol, 100 * eps * max(1.0, abs(F)))
@@ -90,12 +97,33 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
     checks = 0
     it = 0
     saddle = False
+    loose_ok = loose is not None  # this iteration's full step may be evaluated by `loose`
+
+    def settle():
+        """The current point evaluated again exactly, where a loose trial evaluation put it."""
+        nonlocal F, g, warm, ok, log_z, evaluations, exact
+        if not exact:
+            F, g, warm, ok, log_z = _host(value_and_grad(phi.astype(dtype), warm))
+            evaluations, exact = evaluations + 1, True
+            trace[-1] = F
+
+    def accepted(trial, t):  # Armijo's sufficient increase along p from the current point
+        F_t, g_t = trial[0], trial[1]
+        return np.isfinite(F_t) and np.all(np.isfinite(g_t)) and F_t >= F + ARMIJO * t * float(g @ p)
+
     for it in range(1, max_iter + 1):
         p = Hinv @ g
         if not float(g @ p) > 0:  # not an ascent direction: restart from the gradient
             Hinv = np.eye(k)
             p = g.copy()
         gain = 0.5 * float(g @ p)
+        if small(gain, F) and ok and not exact:  # near the mode: read it exactly, then judge
+            settle()
+            p = Hinv @ g
+            if not float(g @ p) > 0:
+                Hinv = np.eye(k)
+                p = g.copy()
+            gain = 0.5 * float(g @ p)
         if small(gain, F) and ok:
             # BFGS's H^-1 can be far too small along a flat direction (scaled by a steep one's
             # curvature), predicting no gain where there is: the gain is read again with the
@@ -109,16 +137,27 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
             Hinv = np.linalg.inv(H)
             p = Hinv @ g
         t = min(1.0, max_step / max(float(np.max(np.abs(p))), 1e-300))
-        for _ in range(MAX_HALVINGS):
-            trial = _host(value_and_grad((phi + t * p).astype(dtype), warm))
+        if loose_ok:  # the full step, evaluated loosely; if it fails, the search goes on exactly
+            trial = _host(loose((phi + t * p).astype(dtype), warm, float(np.linalg.norm(g))))
             evaluations += 1
-            F_t, g_t = trial[0], trial[1]
-            if np.isfinite(F_t) and np.all(np.isfinite(g_t)) and F_t >= F + ARMIJO * t * float(g @ p):
+            if not accepted(trial, t):
+                loose_ok = False
+                if not exact:  # perhaps the loose values' own error (float32): from this point exactly
+                    settle()
+                    continue
+                t *= 0.5  # a step too long
+        if not loose_ok:
+            for _ in range(MAX_HALVINGS):
+                trial = _host(value_and_grad((phi + t * p).astype(dtype), warm))
+                evaluations += 1
+                if accepted(trial, t):
+                    break
+                t *= 0.5
+            else:
+                stalled = True
+                settle()
                 break
-            t *= 0.5
-        else:
-            stalled = True
-            break
+        g_t = trial[1]
         s = t * p
         y = g - g_t  # the change of the gradient of -F
         sy = float(s @ y)
@@ -130,8 +169,10 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
             Hinv = V @ Hinv @ V.T + rho * np.outer(s, s)
         phi = phi + s
         F, g, warm, ok, log_z = trial
+        exact, loose_ok = not loose_ok, loose is not None
         trace.append(F)
     else:  # max_iter reached: BFGS's predicted gain, read again with the Hessian where it is small
+        settle()
         gain = 0.5 * float(g @ (Hinv @ g))
         if small(gain, F) and ok:
             evaluations += 2 * k

@@ -69,3 +69,31 @@ def test_a_saddle_is_not_converged(dtype):
     res = optimize.maximize(vg, np.array([0.0, 0.1], dtype), None, tol=1e-8, max_iter=100)
     assert res.converged and not res.saddle
     np.testing.assert_allclose(res.phi, [1.0, 2 ** -0.5], atol=1e-3 if dtype == np.float64 else 5e-3)
+
+
+@pytest.mark.parametrize("error", [1e-3, -1e-3])
+def test_loose_trial_values_are_never_the_verdict(error):
+    # `loose` evaluates the line search's full steps with an error (an engine's inner fixed point
+    # stopped early: EP's sweeps): F off by `error` times the gradient norm of the last point,
+    # the gradient off by 1%. The search must still reach the exact mode, judge it on exact
+    # values and return them (F, gradient and warm state of an exact evaluation), and take most
+    # full steps loosely.
+    exact_vg = _quadratic([3.0, 0.3])
+    calls = {"exact": 0, "loose": 0}
+
+    def vg(p, warm):
+        calls["exact"] += 1
+        F, g, _, ok, lz = exact_vg(p, warm)
+        return F, g, "exact", ok, lz
+
+    def loose(p, warm, g_norm):
+        calls["loose"] += 1
+        F, g, _, ok, lz = exact_vg(p, warm)
+        return F + error * g_norm, 1.01 * g, "loose", ok, lz
+
+    res = optimize.maximize(vg, np.zeros(2), "exact", tol=1e-10, max_iter=100, loose=loose)
+    assert res.converged and res.warm == "exact"
+    np.testing.assert_allclose(res.phi, [1.0, 1.0], atol=1e-5)
+    F, g, *_ = exact_vg(res.phi, None)
+    assert res.value == F and np.array_equal(res.grad, g)
+    assert calls["loose"] >= 3 and res.evaluations == calls["exact"] + calls["loose"]
