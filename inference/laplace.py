@@ -60,6 +60,15 @@ class SingularHessianError(ValueError):
     """
 
 
+class _RanOff(FloatingPointError):
+    """The Newton search's potential, gradient or Hessian became non-finite after ``x``, its last
+    finite point: the search ran off towards a boundary of the unconstrained space."""
+
+    def __init__(self, x, message):
+        super().__init__(message)
+        self.x = x
+
+
 class MapState(NamedTuple):
     x: jax.Array
     value: jax.Array
@@ -158,7 +167,7 @@ def laplace(
     else:  # Newton on the potential for a few dimensions (no L-BFGS program to compile), else L-BFGS
         mode_finder = "newton" if x0.shape[0] <= NEWTON_MAX_DIM else "lbfgs"
         x0 = _valid_start(model, args, kwargs, key, own, x0, progs, data)
-        x, _, iters = _search(mode_finder, progs, x0, data, max_iter, tol)
+        x, _, iters = _searched(mode_finder, progs, x0, data, max_iter, tol, unravel)
     x, H, g, polish_steps = _newton_polish(progs, x, data)
     escapes = 0
     while True:
@@ -176,7 +185,7 @@ def laplace(
         moved = _escape_saddle(progs, x, evals[0], evecs[:, 0] / dsc, data)
         if moved is None:
             break
-        x, _, more = _search(mode_finder, progs, moved, data, max_iter, tol)
+        x, _, more = _searched(mode_finder, progs, moved, data, max_iter, tol, unravel)
         iters, escapes = iters + more, escapes + 1
         x, H, g, steps = _newton_polish(progs, x, data)
         polish_steps += steps
@@ -307,6 +316,21 @@ def _final(s: MapState) -> tuple:
 NEWTON_MAX_DIM = 128  # Newton's Hessian costs ~d gradients: L-BFGS above this many dimensions
 
 
+def _searched(finder, progs, x0, data, max_iter, tol, unravel):
+    """`_search`, its run-off (`_RanOff`) said as a SingularHessianError naming the sites it ran off
+    along: the centred eight-schools model (its density unbounded as the group scale goes to 0)
+    said "the gradient or Hessian became non-finite during the mode search"."""
+    try:
+        return _search(finder, progs, x0, data, max_iter, tol)
+    except _RanOff as err:
+        sites = _sites_of(np.asarray(err.x, np.float64) - np.asarray(x0, np.float64), unravel, len(x0))
+        raise SingularHessianError(
+            f"the log posterior has no mode: the mode search ran off along sites {sites} until its density was no "
+            "longer finite (it grows without bound that way, e.g. a hierarchical scale going to 0 with its group "
+            "effects in the centred form). The posterior is not locally Gaussian: reparameterise (non-centred), "
+            "add prior information, or use inference.mcmc") from None
+
+
 def _search(finder, progs, x0, data, max_iter, tol):
     """``(x, gradient norm, iterations)`` of the mode search ``finder`` ("newton" or "lbfgs")."""
     return _newton_mode(progs, x0, data, max_iter, tol) if finder == "newton" else _find_mode(progs, x0, data)
@@ -316,9 +340,9 @@ ACCEPT = 1e-4  # a Newton step is taken when it gains this fraction of its predi
 
 
 def _newton_mode(progs, x0, data, max_iter, tol):
-    """Newton steps on the potential ``U`` with Levenberg-Marquardt damping (``H + lam I``, ``lam``
-    raised until the step lowers ``U`` by a tenth of its quadratic model's prediction, lowered after
-    good steps), driven from Python with the programs a Laplace fit needs anyway (``derivs`` and
+    """Newton steps on the potential ``U`` with Levenberg-Marquardt damping (Marquardt's ``H + lam
+    diag|H|``, `_jacobi`; ``lam`` raised until the step lowers ``U`` by `ACCEPT` of its quadratic
+    model's prediction, lowered after good steps), driven from Python with the programs a Laplace fit needs anyway (``derivs`` and
     ``value``): the L-BFGS loop with its line search was the largest program of a fit (a 2-state
     HMM: ~11 of ~40 s of CPU compiling; ~9 s of a linear regression's ~18 s). Stops at the
     gradient tolerance of `_mode_loop`, at a Newton decrement at the working precision, when no
@@ -333,7 +357,7 @@ def _newton_mode(progs, x0, data, max_iter, tol):
     while steps < max_iter:
         g, H = (np.asarray(v, np.float64) for v in progs.derivs(jnp.asarray(x), data))
         if not (np.all(np.isfinite(g)) and np.all(np.isfinite(H))):
-            raise FloatingPointError("the log posterior's gradient or Hessian became non-finite during the mode search")
+            raise _RanOff(x, "the log posterior's gradient or Hessian became non-finite during the mode search")
         H = 0.5 * (H + H.T)
         g_norm, size = float(np.linalg.norm(g)), max(1.0, abs(u))
         if g_norm <= (max(tol, floor * size) if floor > 1e-7 else tol):

@@ -120,6 +120,29 @@ def test_conjugate_bad_input():
         conjugate.beta_bernoulli_log_evidence(11, 10)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_posterior_without_a_mode_is_said_so_by_laplace_naming_the_site(dtype):
+    # the centred eight-schools model: its density grows without bound as tau -> 0 with the thetas
+    # at mu, so Laplace's search runs off; with the Hessian scaled (session 68) it raised "the log
+    # posterior's gradient or Hessian became non-finite during the mode search" (FloatingPointError)
+    import jax
+    import numpyro
+    import numpyro.distributions as dist
+
+    def centred(s, y=None):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
+        with numpyro.plate("J", len(s)):
+            theta = numpyro.sample("theta", dist.Normal(mu, tau))
+            numpyro.sample("obs", dist.Normal(theta, s), obs=y)
+
+    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
+    s = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
+    with jax.enable_x64(dtype == "float64"), pytest.raises(inference.SingularHessianError,
+                                                           match=r"no mode: .*ran off along sites \['tau'\]"):
+        inference.laplace(centred, s, y=y)
+
+
 def test_optax_optimizer_is_accepted():
     post = inference.vi(probmodels.linear_regression, X, Y, noise_scale=1.0, optimizer=optax.adam(0.02),
                         steps=3000, num_samples=20, progress=False)
