@@ -126,21 +126,11 @@ def test_a_posterior_without_a_mode_is_said_so_by_laplace_naming_the_site(dtype)
     # at mu, so Laplace's search runs off; with the Hessian scaled (session 68) it raised "the log
     # posterior's gradient or Hessian became non-finite during the mode search" (FloatingPointError)
     import jax
-    import numpyro
-    import numpyro.distributions as dist
+    from _schools import SCHOOLS_SIGMA, SCHOOLS_Y, centred_schools
 
-    def centred(s, y=None):
-        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
-        tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
-        with numpyro.plate("J", len(s)):
-            theta = numpyro.sample("theta", dist.Normal(mu, tau))
-            numpyro.sample("obs", dist.Normal(theta, s), obs=y)
-
-    y = np.array([28.0, 8, -3, 7, -1, 1, 18, 12])
-    s = np.array([15.0, 10, 16, 11, 9, 11, 10, 18])
     with jax.enable_x64(dtype == "float64"), pytest.raises(inference.SingularHessianError,
                                                            match=r"no mode: .*ran off along sites \['tau'\]"):
-        inference.laplace(centred, s, y=y)
+        inference.laplace(centred_schools, SCHOOLS_SIGMA, y=SCHOOLS_Y)
 
 
 def test_optax_optimizer_is_accepted():

@@ -21,6 +21,7 @@ from numpyro.optim import optax_to_numpyro
 import importlib
 
 import inference
+from _schools import SCHOOLS_SIGMA, SCHOOLS_Y, centred_schools
 
 vi_module = importlib.import_module("inference.vi")  # the module (inference.vi is the function)
 
@@ -271,19 +272,9 @@ def test_a_plateau_of_a_stalled_optimiser_is_not_converged(guide):
 
 
 # Eight schools (Rubin 1981), NumPyro's priors: mu ~ N(0, 5), tau ~ HalfCauchy(5).
-SCHOOLS_Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SCHOOLS_SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 # The posterior of mu: inference.mcmc on the non-centred form, 4 x 25000 draws after 2000,
 # seed 0, float64 (R-hat 1.0001, ESS 55,000): 4.397 +- 3.302.
 SCHOOLS_MU = (4.397, 3.302)
-
-
-def _centred_schools(sigma, y=None):
-    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = numpyro.sample("tau", dist.HalfCauchy(5.0))
-    with numpyro.plate("school", len(sigma)):
-        theta = numpyro.sample("theta", dist.Normal(mu, tau))
-        numpyro.sample("obs", dist.Normal(theta, sigma), obs=y)
 
 
 @pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
@@ -298,8 +289,8 @@ def test_mean_field_vi_on_the_centred_eight_schools_is_not_left_on_a_flat_direct
     # curvature plus its Monte Carlo error): 0.4 posterior sds on mu.
     with jax.enable_x64(x64), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        default = inference.vi(_centred_schools, SCHOOLS_SIGMA, y=SCHOOLS_Y, seed=0, progress=False)
-        longer = inference.vi(_centred_schools, SCHOOLS_SIGMA, y=SCHOOLS_Y, seed=0, steps=100000, progress=False)
+        default = inference.vi(centred_schools, SCHOOLS_SIGMA, y=SCHOOLS_Y, seed=0, progress=False)
+        longer = inference.vi(centred_schools, SCHOOLS_SIGMA, y=SCHOOLS_Y, seed=0, steps=100000, progress=False)
     for post in (default, longer):
         mu = np.asarray(post.samples["mu"])
         assert np.all(np.isfinite(mu)) and mu.dtype == (np.float64 if x64 else np.float32)
