@@ -513,8 +513,7 @@ def _jacobi(H):
     its diagonal scaled to ones. Positive definiteness, damping and factors are judged and taken on
     the scaled matrix, so a posterior in badly scaled units (a logistic regression on incomes of
     ~5e4 next to ages: an eigenvalue ratio ~1e-11, while the scaled matrix is well conditioned) is
-    neither refused as singular nor damped along its broad directions into a standstill (the
-    Newton search stopped at the intercept's start, -0.01 against the mode's -3.7)."""
+    not refused as singular, and its damping is invariant to the units."""
     H = np.asarray(H, np.float64)
     d = np.sqrt(np.abs(np.diag(H)))
     d = np.where(d > 0, d, 1.0)
