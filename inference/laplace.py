@@ -189,12 +189,20 @@ def laplace(
         iters, escapes = iters + more, escapes + 1
         x, H, g, steps = _newton_polish(progs, x, data)
         polish_steps += steps
-    if evals[0] <= 1e-10 * scale:
-        sites = _sites_of(evecs[:, 0] / dsc, unravel, x0.shape[0])
-        kind = "singular" if abs(evals[0]) <= 1e-10 * scale else "indefinite"
+    evals_h, evecs_h = np.linalg.eigh(np.asarray(H, np.float64))  # the curvature in the model's own units
+    # singular: relative to the scaled Hessian (units-free), or vanishing in absolute terms (an sd of
+    # 1e5 in the unconstrained space): a likelihood that saturates along a direction with nothing
+    # else curving it (separable data under a flat prior: the search stopped at w ~ 600, where the
+    # gradient fell under tol, and the scaled Hessian alone reads a well-conditioned curvature)
+    flat = evals_h[0] <= ABSOLUTE_FLAT and evals[0] > 1e-10 * scale
+    if evals[0] <= 1e-10 * scale or flat:
+        direction = evecs_h[:, 0] if flat else evecs[:, 0] / dsc
+        sites = _sites_of(direction, unravel, x0.shape[0])
+        kind = "singular" if flat or abs(evals[0]) <= 1e-10 * scale else "indefinite"
+        where = (f"smallest eigenvalue {evals_h[0]:.3g}, largest {evals_h[-1]:.3g}" if flat else
+                 f"smallest eigenvalue {evals[0]:.3g}, largest {evals[-1]:.3g}, its diagonal scaled to ones")
         raise SingularHessianError(
-            f"the Hessian at the mode is {kind} (smallest eigenvalue {evals[0]:.3g}, largest "
-            f"{evals[-1]:.3g}, its diagonal scaled to ones); the flat or negatively curved direction involves "
+            f"the Hessian at the mode is {kind} ({where}); the flat or negatively curved direction involves "
             f"sites {sites}. The posterior is not locally Gaussian there: add prior information, reparameterise, "
             "or use inference.mcmc")
     bar.update(1)  # the mode and the Hessian there
@@ -216,7 +224,6 @@ def laplace(
     cov = np.linalg.solve(Hs, np.eye(d)) / np.outer(dsc, dsc)
     grad_norm = float(np.linalg.norm(g))
     decrement = 0.5 * float(np.sum(np.linalg.solve(chol_s, g / dsc) ** 2))  # g' H^-1 g / 2
-    evals_h = np.linalg.eigvalsh(H)  # reported as before: the curvature in the model's own units
     diagnostics = {
         "converged": convergence.laplace(grad_norm, u_star, tol, hessian_pd=True, decrement=decrement,
                                          dtype=x.dtype),  # README.md: what `converged` means
@@ -337,6 +344,7 @@ def _search(finder, progs, x0, data, max_iter, tol):
 
 
 ACCEPT = 1e-4  # a Newton step is taken when it gains this fraction of its predicted decrease
+ABSOLUTE_FLAT = 1e-10  # a Hessian eigenvalue at most this (in the model's units) is a flat direction
 
 
 def _newton_mode(progs, x0, data, max_iter, tol):
