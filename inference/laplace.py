@@ -167,7 +167,7 @@ def laplace(
     else:  # Newton on the potential for a few dimensions (no L-BFGS program to compile), else L-BFGS
         mode_finder = "newton" if x0.shape[0] <= NEWTON_MAX_DIM else "lbfgs"
         x0 = _valid_start(model, args, kwargs, key, own, x0, progs, data)
-        x, _, iters = _searched(mode_finder, progs, x0, data, max_iter, tol, unravel)
+        x, _, iters = _search(mode_finder, progs, x0, data, max_iter, tol, unravel)
     x, H, g, polish_steps = _newton_polish(progs, x, data)
     escapes = 0
     while True:
@@ -185,7 +185,7 @@ def laplace(
         moved = _escape_saddle(progs, x, evals[0], evecs[:, 0] / dsc, data)
         if moved is None:
             break
-        x, _, more = _searched(mode_finder, progs, moved, data, max_iter, tol, unravel)
+        x, _, more = _search(mode_finder, progs, moved, data, max_iter, tol, unravel)
         iters, escapes = iters + more, escapes + 1
         x, H, g, steps = _newton_polish(progs, x, data)
         polish_steps += steps
@@ -194,12 +194,12 @@ def laplace(
     # 1e5 in the unconstrained space): a likelihood that saturates along a direction with nothing
     # else curving it (separable data under a flat prior: the search stopped at w ~ 600, where the
     # gradient fell under tol, and the scaled Hessian alone reads a well-conditioned curvature)
-    flat = evals_h[0] <= ABSOLUTE_FLAT and evals[0] > 1e-10 * scale
-    if evals[0] <= 1e-10 * scale or flat:
-        direction = evecs_h[:, 0] if flat else evecs[:, 0] / dsc
+    vanishing = evals_h[0] <= ABSOLUTE_FLAT and evals[0] > 1e-10 * scale
+    if evals[0] <= 1e-10 * scale or vanishing:
+        direction = evecs_h[:, 0] if vanishing else evecs[:, 0] / dsc
         sites = _sites_of(direction, unravel, x0.shape[0])
-        kind = "singular" if flat or abs(evals[0]) <= 1e-10 * scale else "indefinite"
-        where = (f"smallest eigenvalue {evals_h[0]:.3g}, largest {evals_h[-1]:.3g}" if flat else
+        kind = "singular" if vanishing or abs(evals[0]) <= 1e-10 * scale else "indefinite"
+        where = (f"smallest eigenvalue {evals_h[0]:.3g}, largest {evals_h[-1]:.3g}" if vanishing else
                  f"smallest eigenvalue {evals[0]:.3g}, largest {evals[-1]:.3g}, its diagonal scaled to ones")
         raise SingularHessianError(
             f"the Hessian at the mode is {kind} ({where}); the flat or negatively curved direction involves "
@@ -323,12 +323,13 @@ def _final(s: MapState) -> tuple:
 NEWTON_MAX_DIM = 128  # Newton's Hessian costs ~d gradients: L-BFGS above this many dimensions
 
 
-def _searched(finder, progs, x0, data, max_iter, tol, unravel):
-    """`_search`, its run-off (`_RanOff`) said as a SingularHessianError naming the sites it ran off
-    along: the centred eight-schools model (its density unbounded as the group scale goes to 0)
-    said "the gradient or Hessian became non-finite during the mode search"."""
+def _search(finder, progs, x0, data, max_iter, tol, unravel):
+    """``(x, gradient norm, iterations)`` of the mode search ``finder`` ("newton" or "lbfgs"); a
+    Newton search that runs off (`_RanOff`) raises a SingularHessianError naming the sites it ran
+    along (the centred eight-schools model, its density unbounded as the group scale goes to 0,
+    said "the gradient or Hessian became non-finite during the mode search")."""
     try:
-        return _search(finder, progs, x0, data, max_iter, tol)
+        return _newton_mode(progs, x0, data, max_iter, tol) if finder == "newton" else _find_mode(progs, x0, data)
     except _RanOff as err:
         sites = _sites_of(np.asarray(err.x, np.float64) - np.asarray(x0, np.float64), unravel, len(x0))
         raise SingularHessianError(
@@ -338,11 +339,6 @@ def _searched(finder, progs, x0, data, max_iter, tol, unravel):
             "add prior information, or use inference.mcmc") from None
 
 
-def _search(finder, progs, x0, data, max_iter, tol):
-    """``(x, gradient norm, iterations)`` of the mode search ``finder`` ("newton" or "lbfgs")."""
-    return _newton_mode(progs, x0, data, max_iter, tol) if finder == "newton" else _find_mode(progs, x0, data)
-
-
 ACCEPT = 1e-4  # a Newton step is taken when it gains this fraction of its predicted decrease
 ABSOLUTE_FLAT = 1e-10  # a Hessian eigenvalue at most this (in the model's units) is a flat direction
 
@@ -350,8 +346,8 @@ ABSOLUTE_FLAT = 1e-10  # a Hessian eigenvalue at most this (in the model's units
 def _newton_mode(progs, x0, data, max_iter, tol):
     """Newton steps on the potential ``U`` with Levenberg-Marquardt damping (Marquardt's ``H + lam
     diag|H|``, `_jacobi`; ``lam`` raised until the step lowers ``U`` by `ACCEPT` of its quadratic
-    model's prediction, lowered after good steps), driven from Python with the programs a Laplace fit needs anyway (``derivs`` and
-    ``value``): the L-BFGS loop with its line search was the largest program of a fit (a 2-state
+    model's prediction, lowered after good steps), driven from Python with the programs a Laplace
+    fit needs anyway (``derivs`` and ``value``): the L-BFGS loop with its line search was the largest program of a fit (a 2-state
     HMM: ~11 of ~40 s of CPU compiling; ~9 s of a linear regression's ~18 s). Stops at the
     gradient tolerance of `_mode_loop`, at a Newton decrement at the working precision, when no
     damping lowers ``U`` (round-off), or after ``max_iter`` steps."""

@@ -107,23 +107,23 @@ def maximize(value_and_grad, phi0, warm0, *, tol: float, max_iter: int, max_step
             evaluations, exact = evaluations + 1, True
             trace[-1] = F
 
+    def direction():  # BFGS's ascent direction and its predicted gain (from the gradient if not ascent)
+        nonlocal Hinv
+        p = Hinv @ g
+        if not float(g @ p) > 0:
+            Hinv = np.eye(k)
+            p = g.copy()
+        return p, 0.5 * float(g @ p)
+
     def accepted(trial, t):  # Armijo's sufficient increase along p from the current point
         F_t, g_t = trial[0], trial[1]
         return np.isfinite(F_t) and np.all(np.isfinite(g_t)) and F_t >= F + ARMIJO * t * float(g @ p)
 
     for it in range(1, max_iter + 1):
-        p = Hinv @ g
-        if not float(g @ p) > 0:  # not an ascent direction: restart from the gradient
-            Hinv = np.eye(k)
-            p = g.copy()
-        gain = 0.5 * float(g @ p)
+        p, gain = direction()
         if small(gain, F) and ok and not exact:  # near the mode: read it exactly, then judge
             settle()
-            p = Hinv @ g
-            if not float(g @ p) > 0:
-                Hinv = np.eye(k)
-                p = g.copy()
-            gain = 0.5 * float(g @ p)
+            p, gain = direction()
         if small(gain, F) and ok:
             # BFGS's H^-1 can be far too small along a flat direction (scaled by a steep one's
             # curvature), predicting no gain where there is: the gain is read again with the
